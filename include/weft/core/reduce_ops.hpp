@@ -1,0 +1,209 @@
+// Reduction operators (weft::op::sum, prod, min, max, avg, bit_and, bit_or, bit_xor) as function
+// objects over accumulator values, the weft::reduce_op concept every collective and kernel checks,
+// and a runtime tag (weft::reduce_kind) for operators chosen from configuration.
+#pragma once
+
+#include <weft/core/config.hpp>
+#include <weft/core/dtype.hpp>
+#include <weft/core/error.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <type_traits>
+
+namespace weft {
+namespace op {
+
+/// a + b; identity 0.
+struct sum {
+  static constexpr std::string_view name = "sum";
+  template <class A>
+  WEFT_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return static_cast<A>(a + b);
+  }
+  template <class A>
+  WEFT_HOST_DEVICE static constexpr A identity() noexcept {
+    return A(0);
+  }
+};
+
+/// a * b; identity 1.
+struct prod {
+  static constexpr std::string_view name = "prod";
+  template <class A>
+  WEFT_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return static_cast<A>(a * b);
+  }
+  template <class A>
+  WEFT_HOST_DEVICE static constexpr A identity() noexcept {
+    return A(1);
+  }
+};
+
+/// The smaller of a and b (b when a is NaN, so the order of operands is part of the result; weft's
+/// reductions fix that order, so every rank still agrees bit for bit).
+struct min {
+  static constexpr std::string_view name = "min";
+  template <class A>
+  WEFT_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return a < b ? a : b;
+  }
+  template <class A>
+  WEFT_HOST_DEVICE static constexpr A identity() noexcept {
+    if constexpr (std::numeric_limits<A>::has_infinity)
+      return std::numeric_limits<A>::infinity();
+    else
+      return std::numeric_limits<A>::max();
+  }
+};
+
+/// The larger of a and b (see min for NaN).
+struct max {
+  static constexpr std::string_view name = "max";
+  template <class A>
+  WEFT_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return a > b ? a : b;
+  }
+  template <class A>
+  WEFT_HOST_DEVICE static constexpr A identity() noexcept {
+    if constexpr (std::numeric_limits<A>::has_infinity)
+      return -std::numeric_limits<A>::infinity();
+    else
+      return std::numeric_limits<A>::lowest();
+  }
+};
+
+/// Sum, then divided by the number of contributions in finalize (integer division for integers).
+struct avg : sum {
+  static constexpr std::string_view name = "avg";
+  template <class A>
+  WEFT_HOST_DEVICE constexpr A finalize(A total, std::size_t contributions) const noexcept {
+    return static_cast<A>(total / static_cast<A>(contributions));
+  }
+};
+
+/// Bitwise operators, for integer types only.
+struct bit_and {
+  static constexpr std::string_view name = "bit_and";
+  template <std::integral A>
+  WEFT_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return static_cast<A>(a & b);
+  }
+  template <std::integral A>
+  WEFT_HOST_DEVICE static constexpr A identity() noexcept {
+    return static_cast<A>(~A(0));
+  }
+};
+struct bit_or {
+  static constexpr std::string_view name = "bit_or";
+  template <std::integral A>
+  WEFT_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return static_cast<A>(a | b);
+  }
+  template <std::integral A>
+  WEFT_HOST_DEVICE static constexpr A identity() noexcept {
+    return A(0);
+  }
+};
+struct bit_xor {
+  static constexpr std::string_view name = "bit_xor";
+  template <std::integral A>
+  WEFT_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return static_cast<A>(a ^ b);
+  }
+  template <std::integral A>
+  WEFT_HOST_DEVICE static constexpr A identity() noexcept {
+    return A(0);
+  }
+};
+
+}  // namespace op
+
+/// Op reduces elements of type T: it combines two accumulator values (accumulator_t<T>: float for
+/// half/bfloat16) associatively and has an identity. A user-written operator satisfies this by
+/// providing `A operator()(A, A) const` and `static A identity<A>()`.
+template <class Op, class T>
+concept reduce_op = std::default_initializable<Op> && std::copy_constructible<Op> &&
+    requires(const Op op, accumulator_t<T> a) {
+  { op(a, a) } -> std::same_as<accumulator_t<T>>;
+  { Op::template identity<accumulator_t<T>>() } -> std::same_as<accumulator_t<T>>;
+};
+
+/// An operator with a final step after all contributions are combined (avg divides by their number).
+template <class Op, class A>
+concept finalizing_reduce_op = requires(const Op op, A a, std::size_t n) {
+  { op.finalize(a, n) } -> std::same_as<A>;
+};
+
+/// Applies Op's final step, if it has one, to a fully combined value. O(1).
+template <class Op, class A>
+WEFT_HOST_DEVICE constexpr A finalize(const Op& op, A total, std::size_t contributions) noexcept {
+  if constexpr (finalizing_reduce_op<Op, A>)
+    return op.finalize(total, contributions);
+  else
+    return total;
+}
+
+/// Runtime tag for a reduce operator, for values that come from configuration or the wire.
+enum class reduce_kind : std::uint8_t { sum, prod, min, max, avg, bit_and, bit_or, bit_xor };
+
+constexpr std::string_view to_string(reduce_kind k) noexcept {
+  switch (k) {
+    case reduce_kind::sum:
+      return op::sum::name;
+    case reduce_kind::prod:
+      return op::prod::name;
+    case reduce_kind::min:
+      return op::min::name;
+    case reduce_kind::max:
+      return op::max::name;
+    case reduce_kind::avg:
+      return op::avg::name;
+    case reduce_kind::bit_and:
+      return op::bit_and::name;
+    case reduce_kind::bit_or:
+      return op::bit_or::name;
+    case reduce_kind::bit_xor:
+      return op::bit_xor::name;
+  }
+  return "?";
+}
+
+/// Calls fn(Op{}) for the operator a runtime tag names. Throws weft::error(invalid_argument) for
+/// a value outside the enumeration.
+template <class Fn>
+decltype(auto) visit(reduce_kind k, Fn&& fn) {
+  switch (k) {
+    case reduce_kind::sum:
+      return fn(op::sum{});
+    case reduce_kind::prod:
+      return fn(op::prod{});
+    case reduce_kind::min:
+      return fn(op::min{});
+    case reduce_kind::max:
+      return fn(op::max{});
+    case reduce_kind::avg:
+      return fn(op::avg{});
+    case reduce_kind::bit_and:
+      return fn(op::bit_and{});
+    case reduce_kind::bit_or:
+      return fn(op::bit_or{});
+    case reduce_kind::bit_xor:
+      return fn(op::bit_xor{});
+  }
+  detail::raise(errc::invalid_argument, "weft::visit(reduce_kind)", "unknown reduce_kind value ", static_cast<int>(k));
+}
+
+/// Reduces b into a element-wise (a[i] = op(a[i], b[i])) through the accumulator type. The
+/// building block every collective uses; O(n). Not thread-safe for overlapping ranges.
+template <class T, class Op>
+requires reduce_op<Op, T>
+constexpr void reduce_into(T* a, const T* b, std::size_t n, const Op& op = {}) noexcept {
+  using A = accumulator_t<T>;
+  for (std::size_t i = 0; i < n; ++i) a[i] = static_cast<T>(op(static_cast<A>(a[i]), static_cast<A>(b[i])));
+}
+
+}  // namespace weft
