@@ -9,7 +9,7 @@
 #   moe     -                                standard library only
 #   comm    Threads, Boost (Asio, Graph)     tcp transport, topology planning; MPI optional
 #   coding  Eigen3                           decoders solve small dense systems
-#   quant   Threads, TBB (optional)          multi-threaded CPU kernels
+#   quant   Threads, TBB                     multi-threaded CPU kernels (CUDA optional)
 set(WEFT_MODULES core kv sched comm coding quant moe)
 
 set(WEFT_DEPS_core "")
@@ -18,12 +18,13 @@ set(WEFT_DEPS_sched "")
 set(WEFT_DEPS_moe "")
 set(WEFT_DEPS_comm "Threads::Threads;Boost::headers")
 set(WEFT_DEPS_coding "Eigen3::Eigen")
-set(WEFT_DEPS_quant "Threads::Threads")
+set(WEFT_DEPS_quant "Threads::Threads;TBB::tbb")
 
 # find_package calls that satisfy the imported targets above (also written into weftConfig.cmake).
 set(WEFT_FIND_Threads::Threads "Threads")
 set(WEFT_FIND_Boost::headers "Boost 1.74")
 set(WEFT_FIND_Eigen3::Eigen "Eigen3 3.3 NO_MODULE")
+set(WEFT_FIND_TBB::tbb "TBB")
 
 macro(weft_find_module_dependencies)
   find_package(Threads)
