@@ -10,5 +10,7 @@
 #include <weft/kv/concepts.hpp>
 #include <weft/kv/hashed_prefix_cache.hpp>
 #include <weft/kv/host_tier.hpp>
+#include <weft/kv/eviction.hpp>
 #include <weft/kv/kv_manager.hpp>
+#include <weft/kv/radix_cache.hpp>
 #include <weft/kv/types.hpp>
