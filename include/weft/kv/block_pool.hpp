@@ -116,6 +116,7 @@ class block_pool {
             " is not free");
     unlink(b.value());
     link_before(b.value(), sentinel_);
+    ++free_count_;
   }
 
   /// Reference count of b (0 = free). The null block reports 0. Throws when out of range. O(1).

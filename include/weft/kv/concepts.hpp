@@ -41,12 +41,12 @@ concept eviction_policy = std::default_initializable<P> && requires(const P& p, 
 /// A allocates blocks for block tables all-or-nothing and manages their references: block_pool,
 /// hashed_prefix_cache (which evicts cached content while allocating) and user allocators.
 template <class A>
-concept block_allocator = requires(A& a, std::size_t n, std::vector<block_id>& out, block_id b) {
+concept block_allocator = requires(A& a, const A& ca, std::size_t n, std::vector<block_id>& out, block_id b) {
   { a.allocate(n, out) } -> std::same_as<bool>;
   a.release(b);
   a.add_ref(b);
-  { a.ref_count(b) } -> std::convertible_to<std::uint32_t>;
-  { a.free_blocks() } -> std::convertible_to<std::size_t>;
+  { ca.ref_count(b) } -> std::convertible_to<std::uint32_t>;
+  { ca.free_blocks() } -> std::convertible_to<std::size_t>;
 };
 
 }  // namespace weft::kv
