@@ -373,6 +373,7 @@ class kv_manager {
 
   void commit_full_blocks(request& r) {
     if (!config_.enable_prefix_caching || !r.tokens_known) return;
+    if (r.tokens.size() / block_size() == r.committed) return;  // no block filled up: nothing to hash
     cache_.extend_keys(r.tokens, key_options{r.options.cache_salt, r.options.adapter_id, r.media}, r.keys);
     const auto blocks = r.table.blocks();
     for (; r.committed < r.keys.size(); ++r.committed) cache_.commit(blocks[r.committed], r.keys[r.committed]);
