@@ -294,6 +294,55 @@ TEST_CASE("swap out and in produce coarse copy plans and reuse still-cached bloc
   CHECK_THROWS_AS(no_host.swap_out(request_id(1)), weft::error);
 }
 
+TEST_CASE("the prefix cache spans both tiers", "[kv][tier][prefix]") {
+  kv_manager<> kv(cfg(12, 32));     // 11 device blocks
+  const auto a = iota_tokens(100);  // 7 blocks, 6 full
+  REQUIRE(kv.allocate_prompt(request_id(1), a));
+  REQUIRE(kv.fork(request_id(1), request_id(2)));
+  const auto out1 = kv.swap_out(request_id(1));
+  REQUIRE(out1);
+  CHECK(out1->blocks == 7);
+  CHECK(kv.host_cache()->cached_blocks() == 6);
+  // The fork shares the 6 full blocks' content: its swap-out copies only its partial block.
+  const auto out2 = kv.swap_out(request_id(2));
+  REQUIRE(out2);
+  CHECK(out2->blocks == 1);
+  const auto h1 = kv.host_blocks(request_id(1)), h2 = kv.host_blocks(request_id(2));
+  for (std::size_t i = 0; i < 6; ++i) {
+    CHECK(h1[i] == h2[i]);
+    CHECK(kv.host_cache()->ref_count(block_id(h1[i].value())) == 2);
+  }
+  CHECK(h1[6] != h2[6]);
+  // Evict the device copies: a big unrelated prompt takes every device block.
+  REQUIRE(kv.allocate_prompt(request_id(3), iota_tokens(11 * 16, 50000)));
+  kv.free(request_id(3));
+  kv.free(request_id(1));
+  kv.free(request_id(2));  // host copies stay cached in the host tier
+  CHECK(kv.host_cache()->cached_blocks() == 6);
+  CHECK(kv.host_free_blocks() == 31);
+  // A new prompt with A's prefix misses on the device but finds it in the host tier.
+  auto b = iota_tokens(120);
+  std::fill(b.begin() + 96, b.end(), 5);
+  const auto r = kv.allocate_prompt(request_id(4), b);
+  REQUIRE(r);
+  CHECK(r->hit_blocks == 0);
+  CHECK(r->host_hit_blocks == 6);
+  CHECK(r->cached_tokens == 96);
+  CHECK(r->host_to_device.blocks == 6);
+  CHECK(r->host_to_device.direction == swap_direction::in);
+  std::size_t moved = 0;
+  for (const auto& u : r->host_to_device.units) moved += u.count;
+  CHECK(moved == 6);
+  const auto dev = kv.blocks(request_id(4));
+  CHECK(r->host_to_device.units.front().device_first == dev[0]);
+  // Copied-in blocks are device cache entries again.
+  const auto again = kv.allocate_prompt(request_id(5), b);
+  REQUIRE(again);
+  CHECK(again->hit_blocks == 7);
+  CHECK(again->host_hit_blocks == 0);
+  CHECK(again->host_to_device.units.empty());
+}
+
 TEST_CASE("swap plans group consecutive ids and respect the unit cap", "[kv][tier]") {
   const std::vector<block_id> d{block_id(3), block_id(4), block_id(5), block_id(9), block_id(10)};
   const std::vector<host_block_id> h{host_block_id(1), host_block_id(2), host_block_id(7), host_block_id(8),
