@@ -381,3 +381,27 @@ TEST_CASE("kv_manager bad input: clear errors, nothing changes", "[kv][manager][
   CHECK(kv.used_blocks() == used - 2);
   CHECK(kv.free_blocks() == 7);
 }
+
+TEST_CASE("admission controller: watermark and quotas", "[kv][admission]") {
+  admission_controller a(3);
+  CHECK(a.fits(7, 10));
+  CHECK_FALSE(a.fits(8, 10));
+  CHECK_FALSE(a.fits(11, 10));
+  const tenant_id t(1), u(2);
+  CHECK(a.within_quota(t, 1'000'000));  // no quota: unlimited
+  a.set_quota(t, 4);
+  CHECK(a.within_quota(t, 4));
+  CHECK_FALSE(a.within_quota(t, 5));
+  a.charge(t, 3);
+  CHECK(a.usage(t) == 3);
+  CHECK_FALSE(a.within_quota(t, 2));
+  CHECK(a.within_quota(u, 100));
+  CHECK_THROWS_AS(a.refund(t, 4), weft::error);  // more than it holds
+  CHECK(a.usage(t) == 3);
+  CHECK_THROWS_AS(a.refund(u, 1), weft::error);
+  CHECK_THROWS_AS(a.set_quota(tenant_id::invalid(), 1), weft::error);
+  a.refund(t, 3);
+  CHECK(a.usage(t) == 0);
+  a.charge(tenant_id::invalid(), 5);  // not accounted
+  CHECK(a.within_quota(tenant_id::invalid(), 1'000'000));
+}
