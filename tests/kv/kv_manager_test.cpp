@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -371,6 +372,14 @@ TEST_CASE("kv_manager bad input: clear errors, nothing changes", "[kv][manager][
   CHECK_THROWS_WITH(kv.allocate_prompt(request_id(1), iota_tokens(5)), Catch::Contains("already allocated"));
   CHECK_THROWS_AS(kv.allocate_prompt(request_id(2), std::vector<token_id>{}), weft::error);
   CHECK_THROWS_AS(kv.allocate_prompt(request_id::invalid(), iota_tokens(3)), weft::error);
+  const multimodal_item outside{1, 15, 10};
+  request_options mm;
+  mm.media = std::span<const multimodal_item>(&outside, 1);
+  CHECK_THROWS_WITH(kv.allocate_prompt(request_id(9), iota_tokens(20), mm), Catch::Contains("outside the prompt"));
+  const std::array<multimodal_item, 2> unsorted{multimodal_item{1, 10, 2}, multimodal_item{2, 3, 2}};
+  mm.media = unsorted;
+  CHECK_THROWS_WITH(kv.allocate_prompt(request_id(9), iota_tokens(20), mm), Catch::Contains("sorted by offset"));
+  CHECK_FALSE(kv.contains(request_id(9)));
   kv.free(request_id(1));
   CHECK_THROWS_WITH(kv.free(request_id(1)), Catch::Contains("request 1 is not allocated"));
   CHECK_THROWS_AS(kv.append(request_id(1), 1), weft::error);  // appending to a freed sequence

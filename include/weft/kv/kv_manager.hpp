@@ -134,13 +134,22 @@ class kv_manager {
   /// Allocates blocks for a new request's prompt, reusing cached blocks of its longest cached
   /// prefix (never the block holding the last prompt token: it must be computed to produce logits).
   /// Returns nullopt, changing nothing, when the blocks (plus watermark) or the tenant's quota are
-  /// not available. Throws for an empty prompt or an id already in use. O(prompt tokens).
+  /// not available. Throws for an empty prompt, an id already in use, or media outside the prompt
+  /// or out of order. O(prompt tokens).
   std::optional<prompt_allocation> allocate_prompt(request_id id, std::span<const token_id> prompt,
                                                    const request_options& options = {}) {
     constexpr const char* where = "weft::kv::kv_manager::allocate_prompt";
     expects(id.valid(), errc::invalid_argument, where, "request id is invalid()");
     expects(!requests_.contains(id), errc::already_exists, where, "request ", id, " is already allocated");
     expects(!prompt.empty(), errc::invalid_argument, where, "request ", id, " has an empty prompt");
+    for (std::size_t i = 0; i < options.media.size(); ++i) {
+      const multimodal_item& m = options.media[i];
+      expects(m.offset <= prompt.size() && m.length <= prompt.size() - m.offset, errc::invalid_argument, where,
+              "multimodal item ", i, " spans tokens [", m.offset, ", ", m.offset + m.length, ") outside the prompt of ",
+              prompt.size(), " tokens");
+      expects(i == 0 || options.media[i - 1].offset <= m.offset, errc::invalid_argument, where, "multimodal item ", i,
+              " starts before item ", i - 1, "; media must be sorted by offset");
+    }
     prompt_plan p = plan(prompt, options);
     if (!p.ok) return std::nullopt;
 
