@@ -1,0 +1,2 @@
+#include <weft/moe.hpp>
+#include <catch2/catch.hpp>
