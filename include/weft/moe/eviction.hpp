@@ -157,11 +157,12 @@ class lfu_policy {
 /// every lookup tick that passes, so popularity from long ago fades (half-life = ln 0.5 / ln decay
 /// ticks). Evicts the smallest decayed score, ties to the least recent. Wins over plain LFU when
 /// the popular set drifts (requests of different topics follow each other). Not thread-safe.
-/// Complexity: on_access/on_insert/on_remove O(1); victim O(candidates).
+/// Complexity: on_access/on_insert/on_remove O(1); victim O(candidates) with no transcendental
+/// calls: candidates are compared by ln(score at t) - t ln(decay), which does not change with time.
 class lfu_decay_policy {
  public:
   /// decay in (0, 1]: the factor applied per lookup tick; 1 is plain LFU.
-  explicit lfu_decay_policy(double decay = 0.999) : decay_(decay) {
+  explicit lfu_decay_policy(double decay = 0.999) : decay_(decay), log_decay_(std::log(decay)) {
     expects(decay > 0.0 && decay <= 1.0, errc::invalid_argument, "weft::moe::lfu_decay_policy", "decay is ", decay,
             "; it must be in (0, 1]");
   }
@@ -169,30 +170,33 @@ class lfu_decay_policy {
     base_.bind_base(shape);
     value_.assign(shape.num_keys(), 0.0);
     stamp_.assign(shape.num_keys(), 0);
+    rank_.assign(shape.num_keys(), -std::numeric_limits<double>::infinity());
   }
   void on_access(expert_key k, const access_info& info) {
     const std::size_t i = base_.shape_.index(k);
-    value_[i] = value_[i] * std::pow(decay_, static_cast<double>(info.tick - stamp_[i])) + 1.0;
+    value_[i] = value_[i] * std::exp(log_decay_ * static_cast<double>(info.tick - stamp_[i])) + 1.0;
     stamp_[i] = info.tick;
+    rank_[i] = std::log(value_[i]) - log_decay_ * static_cast<double>(info.tick);
     if (base_.candidates_.contains(i)) base_.touch(i);
   }
   void on_insert(expert_key k, const access_info&) { base_.add(base_.shape_.index(k)); }
   void on_remove(expert_key k) { base_.drop(base_.shape_.index(k)); }
-  std::optional<expert_key> victim(const access_info& info) const {
-    return base_.scan_min([&](std::uint32_t i) { return score(i, info.tick); });
+  std::optional<expert_key> victim(const access_info&) const {
+    return base_.scan_min([this](std::uint32_t i) { return rank_[i]; });
   }
   /// The decayed score of k at tick `now` (now >= its last access). O(1).
-  double score(expert_key k, std::uint64_t now) const { return score(base_.shape_.index(k), now); }
+  double score(expert_key k, std::uint64_t now) const {
+    const std::size_t i = base_.shape_.index(k);
+    return value_[i] * std::exp(log_decay_ * static_cast<double>(now - std::min(now, stamp_[i])));
+  }
   double decay() const noexcept { return decay_; }
 
  private:
-  double score(std::size_t i, std::uint64_t now) const {
-    return value_[i] * std::pow(decay_, static_cast<double>(now - std::min(now, stamp_[i])));
-  }
-  double decay_;
+  double decay_, log_decay_;
   detail::scan_base base_;
   std::vector<double> value_;          // score at tick stamp_[i]
   std::vector<std::uint64_t> stamp_;   // tick of the last access
+  std::vector<double> rank_;           // ln(value_) - stamp_ * ln(decay): orders keys at any tick
 };
 
 /// Forward layer distance from the executing layer to layer `to`: 0 for the next layer to run,

@@ -87,8 +87,8 @@ struct eam_options {
   double match_weight = 1.0;         ///< the most similar past EAM's row (MoE-Infinity)
   double request_weight = 1.0;       ///< the current request's own EAM row (temporal reuse)
   double previous_token_weight = 1.0;  ///< the previous token's choice at that layer
-  double transition_weight = 1.0;    ///< experts that followed the current layer's experts before
-  std::uint32_t max_extra = 2;       ///< correction: up to top_k + max_extra experts per layer
+  double transition_weight = 2.0;    ///< experts that followed the current layer's experts before (strongest next-layer signal)
+  std::uint32_t max_extra = 1;       ///< correction: up to top_k + max_extra experts per layer
   bool wrap = true;                  ///< predict the next token's first layers from the last ones
 };
 

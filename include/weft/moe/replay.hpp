@@ -103,7 +103,7 @@ replay_report replay(const routing_trace& trace, expert_cache<P>& cache, F&& pre
     return now;
   };
 
-  std::vector<expert_key> predicted;
+  std::vector<expert_key> predicted, held;
   std::uint64_t request = 0;
   bool first = true;
   for (std::size_t t = 0; t < trace.num_tokens(); ++t) {
@@ -144,8 +144,21 @@ replay_report replay(const routing_trace& trace, expert_cache<P>& cache, F&& pre
       if (options.prefetch_depth > 0) {
         predicted.clear();
         prefetch.predict(l, options.prefetch_depth, predicted);
+        // A prefetch must not evict another predicted expert: hold the predicted ones that are
+        // already present while the others are loaded.
+        held.clear();
         for (const expert_key k : predicted)
-          if (const auto order = cache.prefetch(k)) schedule(*order);
+          if (cache.peek(k).status != lookup_status::miss) {
+            cache.pin(k);
+            held.push_back(k);
+          }
+        for (const expert_key k : predicted)
+          if (const auto order = cache.prefetch(k)) {
+            schedule(*order);
+            cache.pin(k);
+            held.push_back(k);
+          }
+        for (const expert_key k : held) cache.unpin(k);
       }
       wait_until(ready);
       now += options.compute_s_per_layer;

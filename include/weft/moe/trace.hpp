@@ -202,8 +202,12 @@ struct trace_params {
   /// Probability that a routed expert repeats the previous token's choice (same request, layer, rank).
   double reuse = 0.35;
   /// Probability that it follows the expert of the same rank at the previous layer through a fixed
-  /// per-topic affinity map (inter-layer correlation).
+  /// affinity map (inter-layer correlation).
   double layer_correlation = 0.35;
+  /// false: one affinity map per layer for the whole model (inter-layer affinity is a property of
+  /// the trained weights: Yao et al. 2024, "Exploiting Inter-Layer Expert Affinity"); true: each
+  /// topic has its own maps (harder to predict).
+  bool topic_affinity = false;
   std::uint64_t seed = 1;
 };
 
@@ -225,7 +229,7 @@ struct splitmix64 {
 
 /// Generates a routing trace, reproducibly from params.seed. For each token, layer and rank j, the
 /// expert is (in order of trial): with probability `reuse` the previous token's rank-j expert at this
-/// layer; else with probability `layer_correlation` the topic's affinity image of this token's
+/// layer; else with probability `layer_correlation` the affinity image of this token's
 /// rank-j expert at the previous layer; else a Zipf(zipf_s) draw over the topic's ranking of the
 /// layer. A candidate already chosen for this token and layer falls through to a fresh Zipf draw.
 /// Throws weft::error for invalid parameters. O(tokens * L * k) expected time.
@@ -272,7 +276,7 @@ inline routing_trace generate_trace(const trace_params& p) {
           if (t > 0 && u < p.reuse)
             e = prev[std::size_t{l} * K + j];
           else if (l > 0 && u < p.reuse + p.layer_correlation)
-            e = affinity[(std::size_t{topic} * L + (l - 1)) * E + cur[std::size_t{(l - 1)} * K + j]];
+            e = affinity[(std::size_t{p.topic_affinity ? topic : 0} * L + (l - 1)) * E + cur[std::size_t{(l - 1)} * K + j]];
           else
             e = rank[zipf_rank()];
           auto taken = [&](std::uint32_t x) {
