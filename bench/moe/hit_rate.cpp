@@ -20,16 +20,16 @@ namespace {
 
 struct row {
   std::string policy;
+  capacity_scope scope;
   bool prefetch;
   std::uint32_t mult;
   double hit_rate = 0, resident_hit_rate = 0, stall_s = 0, gib_moved = 0;
 };
 
 template <class P>
-replay_report run(const routing_trace& trace, std::uint64_t slots, P policy, bool prefetch, const replay_options& o,
-                  std::uint64_t expert_bytes) {
-  expert_cache<P> c(cache_config::in_slots(trace.shape(), slots, capacity_scope::per_layer, expert_bytes),
-                    std::move(policy));
+replay_report run(const routing_trace& trace, capacity_scope scope, std::uint64_t slots, P policy, bool prefetch,
+                  const replay_options& o, std::uint64_t expert_bytes) {
+  expert_cache<P> c(cache_config::in_slots(trace.shape(), slots, scope, expert_bytes), std::move(policy));
   if (prefetch) return replay(trace, c, eam_prefetcher{}, o);
   return replay(trace, c, no_prefetch{}, o);
 }
@@ -87,16 +87,17 @@ int main(int argc, char** argv) {
               o.compute_s_per_layer * 1e3, o.prefetch_depth);
 
   std::vector<row> rows;
+  capacity_scope scope = capacity_scope::per_layer;
   auto add = [&](const std::string& name, bool prefetch, std::uint32_t mult, const replay_report& r, double w) {
     for (row& x : rows)
-      if (x.policy == name && x.prefetch == prefetch && x.mult == mult) {
+      if (x.policy == name && x.scope == scope && x.prefetch == prefetch && x.mult == mult) {
         x.hit_rate += r.hit_rate() * w;
         x.resident_hit_rate += r.resident_hit_rate() * w;
         x.stall_s += r.stall_s * w;
         x.gib_moved += static_cast<double>(r.bytes_moved) / (1ull << 30) * w;
         return;
       }
-    rows.push_back({name, prefetch, mult, r.hit_rate() * w, r.resident_hit_rate() * w, r.stall_s * w,
+    rows.push_back({name, scope, prefetch, mult, r.hit_rate() * w, r.resident_hit_rate() * w, r.stall_s * w,
                     static_cast<double>(r.bytes_moved) / (1ull << 30) * w});
   };
   const double w = 1.0 / static_cast<double>(seeds.size());
@@ -105,43 +106,53 @@ int main(int argc, char** argv) {
     p.seed = seed;
     const routing_trace trace = generate_trace(p);
     const auto future = std::make_shared<const belady_future>(trace.shape(), trace.lookups());
-    for (std::uint32_t mult = 1; mult <= 4; ++mult) {
-      const std::uint64_t slots = std::uint64_t{mult} * p.shape.top_k;
-      add("belady", false, mult, run(trace, slots, belady_policy(future), false, o, expert_bytes), w);
-      for (const bool pf : {false, true}) {
-        add("lru", pf, mult, run(trace, slots, lru_policy{}, pf, o, expert_bytes), w);
-        add("lfu", pf, mult, run(trace, slots, lfu_policy{}, pf, o, expert_bytes), w);
-        add("lfu_decay", pf, mult, run(trace, slots, lfu_decay_policy{0.999}, pf, o, expert_bytes), w);
-        add("activation_aware", pf, mult, run(trace, slots, activation_aware_policy{}, pf, o, expert_bytes), w);
-        add("least_stale", pf, mult, run(trace, slots, least_stale_policy{}, pf, o, expert_bytes), w);
+    for (const capacity_scope sc : {capacity_scope::per_layer, capacity_scope::global}) {
+      scope = sc;
+      for (std::uint32_t mult = 1; mult <= 4; ++mult) {
+        // Same total memory in both scopes: mult x top_k experts per layer.
+        const std::uint64_t slots =
+            std::uint64_t{mult} * p.shape.top_k * (sc == capacity_scope::global ? p.shape.num_layers : 1);
+        add("belady", false, mult, run(trace, sc, slots, belady_policy(future), false, o, expert_bytes), w);
+        for (const bool pf : {false, true}) {
+          add("lru", pf, mult, run(trace, sc, slots, lru_policy{}, pf, o, expert_bytes), w);
+          add("lfu", pf, mult, run(trace, sc, slots, lfu_policy{}, pf, o, expert_bytes), w);
+          add("lfu_decay", pf, mult, run(trace, sc, slots, lfu_decay_policy{0.999}, pf, o, expert_bytes), w);
+          add("activation_aware", pf, mult, run(trace, sc, slots, activation_aware_policy{}, pf, o, expert_bytes), w);
+          add("least_stale", pf, mult, run(trace, sc, slots, least_stale_policy{}, pf, o, expert_bytes), w);
+        }
       }
     }
   }
-  auto belady_at = [&](std::uint32_t mult) {
+  auto belady_at = [&](capacity_scope sc, std::uint32_t mult) {
     for (const row& x : rows)
-      if (x.policy == "belady" && x.mult == mult) return x.hit_rate;
+      if (x.policy == "belady" && x.scope == sc && x.mult == mult) return x.hit_rate;
     return 0.0;
   };
   std::ofstream csv(out_dir + "/moe_hit_rate.csv");
-  csv << "policy,prefetch,capacity_x_active,slots_per_layer,hit_rate,resident_hit_rate,belady_hit_rate,"
+  csv << "scope,policy,prefetch,capacity_x_active,slots_per_layer,hit_rate,resident_hit_rate,belady_hit_rate,"
          "ratio_to_belady,stall_s,gib_moved\n";
-  std::printf("\n%-18s %-9s %4s %9s %9s %10s %9s %9s\n", "policy", "prefetch", "cap", "hit", "resident", "/belady",
+  std::printf("\n%-9s %-18s %-9s %4s %9s %9s %10s %9s %9s\n", "scope", "policy", "prefetch", "cap", "hit", "resident", "/belady",
               "stall_s", "GiB");
   for (const row& x : rows) {
-    const double ratio = x.hit_rate / belady_at(x.mult);
-    std::printf("%-18s %-9s %3ux %9.4f %9.4f %10.3f %9.3f %9.1f\n", x.policy.c_str(), x.prefetch ? "eam" : "none",
+    const double ratio = x.hit_rate / belady_at(x.scope, x.mult);
+    const char* sc = x.scope == capacity_scope::global ? "global" : "per_layer";
+    std::printf("%-9s %-18s %-9s %3ux %9.4f %9.4f %10.3f %9.3f %9.1f\n", sc, x.policy.c_str(), x.prefetch ? "eam" : "none",
                 x.mult, x.hit_rate, x.resident_hit_rate, ratio, x.stall_s, x.gib_moved);
-    csv << x.policy << ',' << (x.prefetch ? "eam" : "none") << ',' << x.mult << ',' << x.mult * base.shape.top_k
-        << ',' << x.hit_rate << ',' << x.resident_hit_rate << ',' << belady_at(x.mult) << ',' << ratio << ','
+    csv << sc << ',' << x.policy << ',' << (x.prefetch ? "eam" : "none") << ',' << x.mult << ',' << x.mult * base.shape.top_k
+        << ',' << x.hit_rate << ',' << x.resident_hit_rate << ',' << belady_at(x.scope, x.mult) << ',' << ratio << ','
         << x.stall_s << ',' << x.gib_moved << '\n';
   }
   // Target: the best online policy with prefetch within 10% of Belady at 2x.
-  double best = 0;
-  std::string best_name;
-  for (const row& x : rows)
-    if (x.prefetch && x.mult == 2 && x.hit_rate > best) best = x.hit_rate, best_name = x.policy;
-  std::printf("\nat 2x active: best online+prefetch %s %.4f vs Belady %.4f: ratio %.3f (target >= 0.90: %s)\n",
-              best_name.c_str(), best, belady_at(2), best / belady_at(2), best / belady_at(2) >= 0.9 ? "met" : "MISSED");
+  for (const capacity_scope sc : {capacity_scope::per_layer, capacity_scope::global}) {
+    double best = 0;
+    std::string best_name;
+    for (const row& x : rows)
+      if (x.scope == sc && x.prefetch && x.mult == 2 && x.hit_rate > best) best = x.hit_rate, best_name = x.policy;
+    const double ceiling = belady_at(sc, 2);
+    std::printf("at 2x active, %s capacity: best online+prefetch %s %.4f vs Belady %.4f: ratio %.3f (target >= 0.90: %s)\n",
+                sc == capacity_scope::global ? "global" : "per-layer", best_name.c_str(), best, ceiling, best / ceiling,
+                best / ceiling >= 0.9 ? "met" : "MISSED");
+  }
 
   // ---- decision cost per lookup ---------------------------------------------------------------
   trace_params p = base;
