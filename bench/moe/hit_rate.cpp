@@ -78,10 +78,11 @@ int main(int argc, char** argv) {
   o.prefetch_depth = 1;
   const std::vector<std::uint64_t> seeds{1, 2, 3};
   trace_params base;  // defaults: see trace.hpp
-  std::printf("trace: %u layers, %u experts, top-%u; %u requests x %u tokens; zipf %.2f; %u topics; reuse %.2f; "
-              "layer correlation %.2f; seeds 1..%zu\n",
-              base.shape.num_layers, base.shape.num_experts, base.shape.top_k, base.num_requests,
-              base.tokens_per_request, base.zipf_s, base.num_topics, base.reuse, base.layer_correlation, seeds.size());
+  std::printf(
+      "trace: %u layers, %u experts, top-%u; %u requests x %u tokens; zipf %.2f; %u topics; reuse %.2f; "
+      "layer correlation %.2f; seeds 1..%zu\n",
+      base.shape.num_layers, base.shape.num_experts, base.shape.top_k, base.num_requests, base.tokens_per_request,
+      base.zipf_s, base.num_topics, base.reuse, base.layer_correlation, seeds.size());
   std::printf("cost model: expert %llu MiB, %.0f GB/s host-to-device, %.2f ms compute per layer, prefetch depth %u\n",
               static_cast<unsigned long long>(expert_bytes >> 20), o.bandwidth_bytes_per_s / 1e9,
               o.compute_s_per_layer * 1e3, o.prefetch_depth);
@@ -131,16 +132,16 @@ int main(int argc, char** argv) {
   std::ofstream csv(out_dir + "/moe_hit_rate.csv");
   csv << "scope,policy,prefetch,capacity_x_active,slots_per_layer,hit_rate,resident_hit_rate,belady_hit_rate,"
          "ratio_to_belady,stall_s,gib_moved\n";
-  std::printf("\n%-9s %-18s %-9s %4s %9s %9s %10s %9s %9s\n", "scope", "policy", "prefetch", "cap", "hit", "resident", "/belady",
-              "stall_s", "GiB");
+  std::printf("\n%-9s %-18s %-9s %4s %9s %9s %10s %9s %9s\n", "scope", "policy", "prefetch", "cap", "hit", "resident",
+              "/belady", "stall_s", "GiB");
   for (const row& x : rows) {
     const double ratio = x.hit_rate / belady_at(x.scope, x.mult);
     const char* sc = x.scope == capacity_scope::global ? "global" : "per_layer";
-    std::printf("%-9s %-18s %-9s %3ux %9.4f %9.4f %10.3f %9.3f %9.1f\n", sc, x.policy.c_str(), x.prefetch ? "eam" : "none",
-                x.mult, x.hit_rate, x.resident_hit_rate, ratio, x.stall_s, x.gib_moved);
-    csv << sc << ',' << x.policy << ',' << (x.prefetch ? "eam" : "none") << ',' << x.mult << ',' << x.mult * base.shape.top_k
-        << ',' << x.hit_rate << ',' << x.resident_hit_rate << ',' << belady_at(x.scope, x.mult) << ',' << ratio << ','
-        << x.stall_s << ',' << x.gib_moved << '\n';
+    std::printf("%-9s %-18s %-9s %3ux %9.4f %9.4f %10.3f %9.3f %9.1f\n", sc, x.policy.c_str(),
+                x.prefetch ? "eam" : "none", x.mult, x.hit_rate, x.resident_hit_rate, ratio, x.stall_s, x.gib_moved);
+    csv << sc << ',' << x.policy << ',' << (x.prefetch ? "eam" : "none") << ',' << x.mult << ','
+        << x.mult * base.shape.top_k << ',' << x.hit_rate << ',' << x.resident_hit_rate << ','
+        << belady_at(x.scope, x.mult) << ',' << ratio << ',' << x.stall_s << ',' << x.gib_moved << '\n';
   }
   // Target: the best online policy with prefetch within 10% of Belady at 2x.
   for (const capacity_scope sc : {capacity_scope::per_layer, capacity_scope::global}) {
@@ -149,9 +150,10 @@ int main(int argc, char** argv) {
     for (const row& x : rows)
       if (x.scope == sc && x.prefetch && x.mult == 2 && x.hit_rate > best) best = x.hit_rate, best_name = x.policy;
     const double ceiling = belady_at(sc, 2);
-    std::printf("at 2x active, %s capacity: best online+prefetch %s %.4f vs Belady %.4f: ratio %.3f (target >= 0.90: %s)\n",
-                sc == capacity_scope::global ? "global" : "per-layer", best_name.c_str(), best, ceiling, best / ceiling,
-                best / ceiling >= 0.9 ? "met" : "MISSED");
+    std::printf(
+        "at 2x active, %s capacity: best online+prefetch %s %.4f vs Belady %.4f: ratio %.3f (target >= 0.90: %s)\n",
+        sc == capacity_scope::global ? "global" : "per-layer", best_name.c_str(), best, ceiling, best / ceiling,
+        best / ceiling >= 0.9 ? "met" : "MISSED");
   }
 
   // ---- decision cost per lookup ---------------------------------------------------------------

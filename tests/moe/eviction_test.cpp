@@ -76,7 +76,8 @@ std::vector<outcome> reference(rule r, const model_shape& s, std::size_t capacit
       std::size_t best = *pool.begin();
       for (std::size_t j : pool) {
         const double sj = score(j), sb = score(best);
-        if (sj < sb || (sj == sb && (last_event[j] < last_event[best] || (last_event[j] == last_event[best] && j < best))))
+        if (sj < sb ||
+            (sj == sb && (last_event[j] < last_event[best] || (last_event[j] == last_event[best] && j < best))))
           best = j;
       }
       pool.erase(best);
@@ -161,8 +162,12 @@ std::size_t optimal_misses(const std::vector<std::size_t>& seq, std::size_t capa
 
 }  // namespace
 
-TEST_CASE("LRU matches the brute-force reference", "[moe][policy]") { check_against_reference(lru_policy{}, rule::lru); }
-TEST_CASE("LFU matches the brute-force reference", "[moe][policy]") { check_against_reference(lfu_policy{}, rule::lfu); }
+TEST_CASE("LRU matches the brute-force reference", "[moe][policy]") {
+  check_against_reference(lru_policy{}, rule::lru);
+}
+TEST_CASE("LFU matches the brute-force reference", "[moe][policy]") {
+  check_against_reference(lfu_policy{}, rule::lfu);
+}
 TEST_CASE("LFU with decay matches the brute-force reference", "[moe][policy]") {
   // decay 0.5 keeps every score an exact binary fraction, so the comparison is exact.
   check_against_reference(lfu_decay_policy{0.5}, rule::lfu_decay, 0.5);
@@ -210,7 +215,8 @@ TEST_CASE("Belady's misses equal the exhaustive optimum", "[moe][policy][belady]
 TEST_CASE("Belady refuses a lookup sequence that differs from its future", "[moe][policy][belady][errors]") {
   const model_shape s{1, 4, 1};
   const std::vector<expert_key> keys{{0, 1}, {0, 2}};
-  expert_cache<belady_policy> c(cache_config::in_slots(s, 1), belady_policy(std::make_shared<const belady_future>(s, keys)));
+  expert_cache<belady_policy> c(cache_config::in_slots(s, 1),
+                                belady_policy(std::make_shared<const belady_future>(s, keys)));
   (void)c.lookup({0, 1});
   CHECK_THROWS_WITH(c.lookup({0, 3}), Catch::Contains("not what the future"));
   CHECK_THROWS_AS(belady_policy(nullptr), weft::error);

@@ -216,15 +216,17 @@ TEST_CASE("cache invariants under random operations, against a reference model",
     std::mt19937 rng(seed);
     const bool global = seed % 2 == 0;
     const bool bytes = seed % 3 == 0;
-    cache_config cfg = bytes ? cache_config::in_bytes(s, 100, {10, 20, 30},
-                                                      global ? capacity_scope::global : capacity_scope::per_layer)
-                             : cache_config::in_slots(s, 3, global ? capacity_scope::global : capacity_scope::per_layer);
+    cache_config cfg =
+        bytes
+            ? cache_config::in_bytes(s, 100, {10, 20, 30}, global ? capacity_scope::global : capacity_scope::per_layer)
+            : cache_config::in_slots(s, 3, global ? capacity_scope::global : capacity_scope::per_layer);
     any_eviction_policy policy = seed % 4 == 0 ? any_eviction_policy(lfu_policy{}) : any_eviction_policy(lru_policy{});
     expert_cache<any_eviction_policy> c(cfg, policy);
     std::map<expert_key, entry_state> state;  // reference: absent keys are missing
     std::map<expert_key, std::uint32_t> pins;
     auto random_key = [&] {
-      return expert_key{static_cast<std::uint32_t>(rng() % s.num_layers), static_cast<std::uint32_t>(rng() % s.num_experts)};
+      return expert_key{static_cast<std::uint32_t>(rng() % s.num_layers),
+                        static_cast<std::uint32_t>(rng() % s.num_experts)};
     };
     for (int step = 0; step < 400; ++step) {
       const expert_key k = random_key();

@@ -106,7 +106,8 @@ TEST_CASE("the generator is deterministic and has the promised statistics", "[mo
   same = pairs = 0;
   for (std::size_t t = 1; t < f.num_tokens(); ++t) {
     if (f.request(t) != f.request(t - 1)) continue;
-    for (std::uint32_t l = 0; l < p.shape.num_layers; ++l) ++pairs, same += f.experts(t, l)[0] == f.experts(t - 1, l)[0];
+    for (std::uint32_t l = 0; l < p.shape.num_layers; ++l)
+      ++pairs, same += f.experts(t, l)[0] == f.experts(t - 1, l)[0];
   }
   CHECK(static_cast<double>(same) / pairs < 0.05);
 

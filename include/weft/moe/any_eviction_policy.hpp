@@ -21,8 +21,9 @@ class any_eviction_policy {
   // The self-type test comes first so copying an any_eviction_policy never asks whether
   // any_eviction_policy is itself a policy (which would recurse).
   template <class P>
-  requires(!std::is_same_v<std::remove_cvref_t<P>, any_eviction_policy>) && eviction_policy<std::remove_cvref_t<P>>
-  any_eviction_policy(P&& policy)  // NOLINT: implicit, so any policy converts where one is expected
+  requires(!std::is_same_v<std::remove_cvref_t<P>, any_eviction_policy>) &&
+      eviction_policy<std::remove_cvref_t<P>> any_eviction_policy(
+          P&& policy)  // NOLINT: implicit, so any policy converts where one is expected
       : self_(std::make_unique<model<std::remove_cvref_t<P>>>(std::forward<P>(policy))) {}
 
   any_eviction_policy(const any_eviction_policy& other) : self_(other.self_->clone()) {}

@@ -109,7 +109,8 @@ inline double max_over_mean(std::span<const std::uint64_t> loads) {
   if (loads.empty()) return 0;
   const double total = std::accumulate(loads.begin(), loads.end(), 0.0);
   if (total == 0) return 0;
-  return static_cast<double>(*std::max_element(loads.begin(), loads.end())) / (total / static_cast<double>(loads.size()));
+  return static_cast<double>(*std::max_element(loads.begin(), loads.end())) /
+         (total / static_cast<double>(loads.size()));
 }
 
 }  // namespace weft::moe

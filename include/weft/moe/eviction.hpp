@@ -51,8 +51,8 @@ class scan_base {
     double best_score = score(best);
     for (const std::uint32_t i : candidates_.items()) {
       const double s = score(i);
-      if (s < best_score || (s == best_score && (recency_[i] < recency_[best] ||
-                                                 (recency_[i] == recency_[best] && i < best)))) {
+      if (s < best_score ||
+          (s == best_score && (recency_[i] < recency_[best] || (recency_[i] == recency_[best] && i < best)))) {
         best = i;
         best_score = s;
       }
@@ -194,9 +194,9 @@ class lfu_decay_policy {
  private:
   double decay_, log_decay_;
   detail::scan_base base_;
-  std::vector<double> value_;          // score at tick stamp_[i]
-  std::vector<std::uint64_t> stamp_;   // tick of the last access
-  std::vector<double> rank_;           // ln(value_) - stamp_ * ln(decay): orders keys at any tick
+  std::vector<double> value_;         // score at tick stamp_[i]
+  std::vector<std::uint64_t> stamp_;  // tick of the last access
+  std::vector<double> rank_;          // ln(value_) - stamp_ * ln(decay): orders keys at any tick
 };
 
 /// Forward layer distance from the executing layer to layer `to`: 0 for the next layer to run,
@@ -258,7 +258,7 @@ class activation_aware_policy {
   }
   detail::scan_base base_;
   std::vector<std::uint64_t> frequency_;
-  std::vector<std::uint32_t> eam_;        // valid only where eam_epoch_[i] == epoch_
+  std::vector<std::uint32_t> eam_;  // valid only where eam_epoch_[i] == epoch_
   std::vector<std::uint32_t> eam_epoch_;
   std::uint32_t epoch_ = 1;
   std::uint64_t request_ = std::numeric_limits<std::uint64_t>::max();

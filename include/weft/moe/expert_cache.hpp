@@ -112,8 +112,7 @@ class expert_cache {
  public:
   /// Throws weft::error if the shape is invalid, the capacity is zero or given twice, an expert
   /// size is zero, or one expert does not fit a pool.
-  explicit expert_cache(cache_config config)
-  requires std::default_initializable<Policy>
+  explicit expert_cache(cache_config config) requires std::default_initializable<Policy>
       : expert_cache(std::move(config), Policy{}) {}
 
   expert_cache(cache_config config, Policy prototype) : config_(std::move(config)) {
@@ -124,8 +123,8 @@ class expert_cache {
             "capacity is zero: give slots >= 1 (in_slots) or bytes >= one expert (in_bytes)");
     expects(config_.slots == 0 || config_.bytes == 0, errc::invalid_argument, where, "capacity given both as ",
             config_.slots, " slots and ", config_.bytes, " bytes; give exactly one");
-    expects(config_.expert_bytes.size() == 1 || config_.expert_bytes.size() == s.num_layers,
-            errc::invalid_argument, where, "expert_bytes has ", config_.expert_bytes.size(),
+    expects(config_.expert_bytes.size() == 1 || config_.expert_bytes.size() == s.num_layers, errc::invalid_argument,
+            where, "expert_bytes has ", config_.expert_bytes.size(),
             " values; it needs 1 (all layers) or num_layers = ", s.num_layers);
     for (std::size_t l = 0; l < config_.expert_bytes.size(); ++l)
       expects(config_.expert_bytes[l] >= 1, errc::invalid_argument, where, "expert_bytes[", l,
@@ -208,9 +207,9 @@ class expert_cache {
   /// candidate would not make room. Throws weft::error for an unknown expert or one that is not absent.
   std::optional<load_order> start_load(expert_key k) {
     check(k, "weft::moe::expert_cache::start_load");
-    expects(state_[shape().index(k)] == entry_state::absent, errc::precondition,
-            "weft::moe::expert_cache::start_load", "expert ", k, " is already ",
-            state_[shape().index(k)] == entry_state::loading ? "loading" : "resident", "; look it up first");
+    expects(state_[shape().index(k)] == entry_state::absent, errc::precondition, "weft::moe::expert_cache::start_load",
+            "expert ", k, " is already ", state_[shape().index(k)] == entry_state::loading ? "loading" : "resident",
+            "; look it up first");
     return begin_load(k, load_kind::demand);
   }
 
@@ -242,10 +241,10 @@ class expert_cache {
   void cancel(expert_key k) {
     check(k, "weft::moe::expert_cache::cancel");
     const std::size_t i = shape().index(k);
-    expects(state_[i] == entry_state::loading, errc::precondition, "weft::moe::expert_cache::cancel",
-            "expert ", k, " has no load under way");
-    expects(pins_[i] == 0, errc::precondition, "weft::moe::expert_cache::cancel", "expert ", k, " is pinned ",
-            pins_[i], " time(s); unpin before cancelling its load");
+    expects(state_[i] == entry_state::loading, errc::precondition, "weft::moe::expert_cache::cancel", "expert ", k,
+            " has no load under way");
+    expects(pins_[i] == 0, errc::precondition, "weft::moe::expert_cache::cancel", "expert ", k, " is pinned ", pins_[i],
+            " time(s); unpin before cancelling its load");
     release(k);
     ++stats_.cancels;
   }
@@ -273,8 +272,8 @@ class expert_cache {
   void erase(expert_key k) {
     check(k, "weft::moe::expert_cache::erase");
     const std::size_t i = shape().index(k);
-    expects(state_[i] == entry_state::resident && pins_[i] == 0, errc::precondition,
-            "weft::moe::expert_cache::erase", "expert ", k, " must be resident and unpinned to be erased");
+    expects(state_[i] == entry_state::resident && pins_[i] == 0, errc::precondition, "weft::moe::expert_cache::erase",
+            "expert ", k, " must be resident and unpinned to be erased");
     remove_candidate(k);
     release(k);
   }
@@ -375,8 +374,7 @@ class expert_cache {
     auto fits = [&] { return pl.entries < pl.max_entries && pl.max_bytes - pl.used_bytes >= need; };
     // Feasible only if evicting every candidate would make room; decide before touching anything,
     // so a refused load leaves the cache unchanged.
-    if (!(pl.entries - pl.candidates < pl.max_entries &&
-          pl.max_bytes - (pl.used_bytes - pl.candidate_bytes) >= need))
+    if (!(pl.entries - pl.candidates < pl.max_entries && pl.max_bytes - (pl.used_bytes - pl.candidate_bytes) >= need))
       return std::nullopt;
     const access_info now = info(kind == load_kind::demand);
     while (!fits()) {

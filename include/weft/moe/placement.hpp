@@ -45,8 +45,8 @@ inline expert_placement place_experts(std::span<const double> loads, std::uint32
   const std::uint32_t E = static_cast<std::uint32_t>(loads.size());
   expects(E >= 1, errc::invalid_argument, where, "no experts to place");
   expects(num_devices >= 1, errc::invalid_argument, where, "num_devices is 0");
-  expects(std::uint64_t{num_devices} * slots_per_device >= E, errc::invalid_argument, where, num_devices,
-          " devices x ", slots_per_device, " slots cannot hold ", E, " experts once");
+  expects(std::uint64_t{num_devices} * slots_per_device >= E, errc::invalid_argument, where, num_devices, " devices x ",
+          slots_per_device, " slots cannot hold ", E, " experts once");
   for (std::uint32_t e = 0; e < E; ++e)
     expects(loads[e] >= 0, errc::invalid_argument, where, "load of expert ", e, " is ", loads[e], "; loads are >= 0");
 
@@ -55,8 +55,7 @@ inline expert_placement place_experts(std::span<const double> loads, std::uint32
   while (spare > 0) {
     std::uint32_t best = E;
     for (std::uint32_t e = 0; e < E; ++e)
-      if (count[e] < num_devices && loads[e] > 0 &&
-          (best == E || loads[e] / count[e] > loads[best] / count[best]))
+      if (count[e] < num_devices && loads[e] > 0 && (best == E || loads[e] / count[e] > loads[best] / count[best]))
         best = e;
     if (best == E) break;
     ++count[best];
@@ -141,8 +140,8 @@ inline dispatch_plan plan_dispatch(const expert_placement& placement,
     auto& dest = plan.destination[s];
     dest.reserve(routed[s].size());
     for (const std::uint32_t e : routed[s]) {
-      expects(e < placement.replicas.size() && !placement.replicas[e].empty(), errc::out_of_range, where,
-              "device ", s, " routes to unknown expert ", e, " (", placement.replicas.size(), " placed)");
+      expects(e < placement.replicas.size() && !placement.replicas[e].empty(), errc::out_of_range, where, "device ", s,
+              " routes to unknown expert ", e, " (", placement.replicas.size(), " placed)");
       const auto& reps = placement.replicas[e];
       std::uint32_t d;
       if (std::binary_search(reps.begin(), reps.end(), s)) {

@@ -70,8 +70,9 @@ inline void top_scores(std::span<const double> scores, std::uint32_t layer, std:
   scratch.resize(scores.size());
   std::iota(scratch.begin(), scratch.end(), 0u);
   const std::size_t n = std::min<std::size_t>(width, scores.size());
-  std::partial_sort(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(n), scratch.end(),
-                    [&](std::uint32_t a, std::uint32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
+  std::partial_sort(
+      scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(n), scratch.end(),
+      [&](std::uint32_t a, std::uint32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
   for (std::size_t i = 0; i < n; ++i) {
     if (!(scores[scratch[i]] > 0.0)) break;
     out.push_back({layer, scratch[i]});
@@ -83,13 +84,14 @@ inline void top_scores(std::span<const double> scores, std::uint32_t layer, std:
 
 /// Options of eam_prefetcher. Weights mix four evidence sources into one score per expert.
 struct eam_options {
-  std::uint32_t history = 64;        ///< past requests' EAMs kept (oldest replaced first)
-  double match_weight = 1.0;         ///< the most similar past EAM's row (MoE-Infinity)
-  double request_weight = 1.0;       ///< the current request's own EAM row (temporal reuse)
+  std::uint32_t history = 64;          ///< past requests' EAMs kept (oldest replaced first)
+  double match_weight = 1.0;           ///< the most similar past EAM's row (MoE-Infinity)
+  double request_weight = 1.0;         ///< the current request's own EAM row (temporal reuse)
   double previous_token_weight = 1.0;  ///< the previous token's choice at that layer
-  double transition_weight = 2.0;    ///< experts that followed the current layer's experts before (strongest next-layer signal)
-  std::uint32_t max_extra = 1;       ///< correction: up to top_k + max_extra experts per layer
-  bool wrap = true;                  ///< predict the next token's first layers from the last ones
+  double transition_weight =
+      2.0;  ///< experts that followed the current layer's experts before (strongest next-layer signal)
+  std::uint32_t max_extra = 1;  ///< correction: up to top_k + max_extra experts per layer
+  bool wrap = true;             ///< predict the next token's first layers from the last ones
 };
 
 /// MoE-Infinity's activation-matrix prefetcher. The current request's EAM (layers x experts
@@ -104,8 +106,8 @@ class eam_prefetcher {
   explicit eam_prefetcher(eam_options options = {}) : opt_(options) {
     constexpr const char* where = "weft::moe::eam_prefetcher";
     expects(options.history >= 1, errc::invalid_argument, where, "history is 0; keep at least one past request");
-    for (const double w : {options.match_weight, options.request_weight, options.previous_token_weight,
-                           options.transition_weight})
+    for (const double w :
+         {options.match_weight, options.request_weight, options.previous_token_weight, options.transition_weight})
       expects(w >= 0.0, errc::invalid_argument, where, "weight ", w, " is negative; weights must be >= 0");
   }
 
@@ -142,8 +144,8 @@ class eam_prefetcher {
     expects(layer < shape_.num_layers, errc::out_of_range, "weft::moe::eam_prefetcher::observe", "layer ", layer,
             " does not exist (", shape_.num_layers, " layers)");
     for (const std::uint32_t e : experts)
-      expects(e < shape_.num_experts, errc::out_of_range, "weft::moe::eam_prefetcher::observe", "unknown expert ",
-              e, " at layer ", layer);
+      expects(e < shape_.num_experts, errc::out_of_range, "weft::moe::eam_prefetcher::observe", "unknown expert ", e,
+              " at layer ", layer);
     corrector_.observe(layer, experts);
     // A layer at or before the last one observed starts a new token.
     if (last_layer_ != std::numeric_limits<std::uint32_t>::max() && layer <= last_layer_) {
@@ -195,8 +197,7 @@ class eam_prefetcher {
       if (d == 1 && target == layer + 1 && !last_experts_.empty() && last_layer_ == layer) {
         double total = 0;
         for (const std::uint32_t from : last_experts_)
-          for (std::uint32_t e = 0; e < E; ++e)
-            total += transition_[(std::size_t{layer} * E + from) * E + e];
+          for (std::uint32_t e = 0; e < E; ++e) total += transition_[(std::size_t{layer} * E + from) * E + e];
         if (total > 0)
           for (const std::uint32_t from : last_experts_)
             for (std::uint32_t e = 0; e < E; ++e)
@@ -246,14 +247,14 @@ class eam_prefetcher {
 
   eam_options opt_;
   model_shape shape_{};
-  std::vector<std::uint32_t> current_;               // the current request's EAM
-  std::uint64_t current_norm2_ = 0;                  // its squared Frobenius norm
-  std::vector<std::vector<std::uint32_t>> past_;     // past requests' EAMs (ring of `history`)
+  std::vector<std::uint32_t> current_;            // the current request's EAM
+  std::uint64_t current_norm2_ = 0;               // its squared Frobenius norm
+  std::vector<std::vector<std::uint32_t>> past_;  // past requests' EAMs (ring of `history`)
   std::vector<std::uint64_t> past_norm2_;
-  std::vector<std::uint64_t> dot_;                   // dot_[h] == <past_[h], current_>
+  std::vector<std::uint64_t> dot_;  // dot_[h] == <past_[h], current_>
   std::size_t next_victim_ = 0;
   std::vector<std::uint8_t> token_, previous_token_;  // this and the previous token's routing
-  std::vector<std::uint32_t> transition_;            // [layer][from][to] counts, layer -> layer+1
+  std::vector<std::uint32_t> transition_;             // [layer][from][to] counts, layer -> layer+1
   std::uint32_t last_layer_ = std::numeric_limits<std::uint32_t>::max();
   std::vector<std::uint32_t> last_experts_;
   std::uint64_t request_ = 0;
@@ -286,8 +287,8 @@ class gate_prefetcher {
             shape.num_layers, " layers");
     for (std::size_t l = 0; l < gates_.size(); ++l)
       expects(gates_[l].size() == std::size_t{shape.num_experts} * dim_, errc::mismatch, where, "gate of layer ", l,
-              " has ", gates_[l].size(), " weights; expected num_experts * hidden_dim = ",
-              std::size_t{shape.num_experts} * dim_);
+              " has ", gates_[l].size(),
+              " weights; expected num_experts * hidden_dim = ", std::size_t{shape.num_experts} * dim_);
     shape_ = shape;
     hidden_.assign(dim_, 0.0f);
     have_hidden_ = false;

@@ -20,7 +20,7 @@ namespace weft::moe {
 
 /// Cost model and prefetch settings of a replay.
 struct replay_options {
-  double bandwidth_bytes_per_s = 25e9;   ///< host-to-device link (PCIe 4 x16 is about 25 GB/s)
+  double bandwidth_bytes_per_s = 25e9;  ///< host-to-device link (PCIe 4 x16 is about 25 GB/s)
   double compute_s_per_layer = 200e-6;  ///< time one MoE layer computes, overlapping loads
   std::uint32_t prefetch_depth = 1;     ///< layers ahead the prefetcher predicts (0 = none)
 };

@@ -54,8 +54,8 @@ class routing_trace {
   std::uint64_t request(std::size_t token) const { return requests_.at(token); }
   /// The top_k experts of `token` at `layer`. Precondition: token < num_tokens(), layer < num_layers.
   std::span<const std::uint32_t> experts(std::size_t token, std::uint32_t layer) const {
-    return std::span<const std::uint32_t>(experts_).subspan(
-        (token * shape_.num_layers + layer) * shape_.top_k, shape_.top_k);
+    return std::span<const std::uint32_t>(experts_).subspan((token * shape_.num_layers + layer) * shape_.top_k,
+                                                            shape_.top_k);
   }
   /// Every demand lookup the trace implies, in execution order (token, layer, listed expert).
   std::vector<expert_key> lookups() const {
@@ -97,11 +97,9 @@ inline void write_csv(std::ostream& out, const routing_trace& trace) {
 
 namespace detail {
 inline std::uint64_t parse_uint(const std::string& text, std::size_t line, const char* what) {
-  expects(!text.empty() && text.size() <= 19 && std::all_of(text.begin(), text.end(), [](char c) {
-            return c >= '0' && c <= '9';
-          }),
-          errc::parse, "weft::moe::read_csv", "line ", line, ": ", what, " '", text,
-          "' is not a non-negative integer");
+  expects(!text.empty() && text.size() <= 19 &&
+              std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }),
+          errc::parse, "weft::moe::read_csv", "line ", line, ": ", what, " '", text, "' is not a non-negative integer");
   return std::stoull(text);
 }
 }  // namespace detail
@@ -117,8 +115,8 @@ inline routing_trace read_csv(std::istream& in) {
     std::istringstream head(line);
     std::string hash, magic, version;
     head >> hash >> magic >> version;
-    expects(hash == "#" && magic == "weft-moe-trace" && version == "v1", errc::parse, where,
-            "line 1 is '", line, "'; expected '# weft-moe-trace v1 layers=L experts=E top_k=K'");
+    expects(hash == "#" && magic == "weft-moe-trace" && version == "v1", errc::parse, where, "line 1 is '", line,
+            "'; expected '# weft-moe-trace v1 layers=L experts=E top_k=K'");
     std::string field;
     bool have_l = false, have_e = false, have_k = false;
     while (head >> field) {
@@ -127,10 +125,14 @@ inline routing_trace read_csv(std::istream& in) {
       const std::string name = field.substr(0, eq);
       const std::uint64_t value = detail::parse_uint(field.substr(eq + 1), 1, name.c_str());
       expects(value <= 0xFFFFFFFFull, errc::parse, where, "line 1: ", name, " = ", value, " is too large");
-      if (name == "layers") s.num_layers = static_cast<std::uint32_t>(value), have_l = true;
-      else if (name == "experts") s.num_experts = static_cast<std::uint32_t>(value), have_e = true;
-      else if (name == "top_k") s.top_k = static_cast<std::uint32_t>(value), have_k = true;
-      else expects(false, errc::parse, where, "line 1: unknown field '", name, "'");
+      if (name == "layers")
+        s.num_layers = static_cast<std::uint32_t>(value), have_l = true;
+      else if (name == "experts")
+        s.num_experts = static_cast<std::uint32_t>(value), have_e = true;
+      else if (name == "top_k")
+        s.top_k = static_cast<std::uint32_t>(value), have_k = true;
+      else
+        expects(false, errc::parse, where, "line 1: unknown field '", name, "'");
     }
     expects(have_l && have_e && have_k, errc::parse, where, "line 1 must give layers, experts and top_k");
     s.validate(where);
@@ -170,8 +172,7 @@ inline routing_trace read_csv(std::istream& in) {
       token_experts.push_back(static_cast<std::uint32_t>(e));
       ++count;
     }
-    expects(count == s.top_k, errc::parse, where, "line ", line_no, " lists ", count, " experts; top_k is ",
-            s.top_k);
+    expects(count == s.top_k, errc::parse, where, "line ", line_no, " lists ", count, " experts; top_k is ", s.top_k);
     if (++expect_layer == s.num_layers) {
       try {
         trace.append(token_request, token_experts);
@@ -239,9 +240,8 @@ inline routing_trace generate_trace(const trace_params& p) {
   s.validate(where);
   expects(p.num_topics >= 1, errc::invalid_argument, where, "num_topics is 0; it must be >= 1");
   expects(p.zipf_s >= 0.0, errc::invalid_argument, where, "zipf_s is ", p.zipf_s, "; it must be >= 0");
-  expects(p.reuse >= 0.0 && p.layer_correlation >= 0.0 && p.reuse + p.layer_correlation <= 1.0,
-          errc::invalid_argument, where, "reuse (", p.reuse, ") and layer_correlation (", p.layer_correlation,
-          ") must be >= 0 with sum <= 1");
+  expects(p.reuse >= 0.0 && p.layer_correlation >= 0.0 && p.reuse + p.layer_correlation <= 1.0, errc::invalid_argument,
+          where, "reuse (", p.reuse, ") and layer_correlation (", p.layer_correlation, ") must be >= 0 with sum <= 1");
   detail::splitmix64 rng{p.seed};
   const std::uint32_t L = s.num_layers, E = s.num_experts, K = s.top_k;
   // Zipf CDF over ranks 0..E-1.
@@ -276,7 +276,8 @@ inline routing_trace generate_trace(const trace_params& p) {
           if (t > 0 && u < p.reuse)
             e = prev[std::size_t{l} * K + j];
           else if (l > 0 && u < p.reuse + p.layer_correlation)
-            e = affinity[(std::size_t{p.topic_affinity ? topic : 0} * L + (l - 1)) * E + cur[std::size_t{(l - 1)} * K + j]];
+            e = affinity[(std::size_t{p.topic_affinity ? topic : 0} * L + (l - 1)) * E +
+                         cur[std::size_t{(l - 1)} * K + j]];
           else
             e = rank[zipf_rank()];
           auto taken = [&](std::uint32_t x) {
