@@ -124,6 +124,18 @@ TEST_CASE("gate prefetcher applies the next layers' gates to the hidden state", 
   p.predict(2, 3, out);
   CHECK(out.empty());  // never wraps past the last layer
   CHECK_THROWS_AS(p.set_hidden(0, std::vector<float>{1, 2}), weft::error);
+  CHECK_THROWS_AS(p.observe(1, std::vector<std::uint32_t>{6}), weft::error);
+  CHECK_THROWS_AS(p.observe(3, std::vector<std::uint32_t>{0}), weft::error);
+  // The correction widens after a miss: the router chose experts the gate did not predict.
+  out.clear();
+  p.predict(0, 1, out);
+  std::vector<std::uint32_t> unpredicted;
+  for (std::uint32_t e = 0; e < 6 && unpredicted.size() < 2; ++e)
+    if (std::none_of(out.begin(), out.end(), [&](const expert_key& k) { return k.expert == e; }))
+      unpredicted.push_back(e);
+  p.observe(1, unpredicted);
+  CHECK(p.mispredictions() == 1);
+  CHECK(p.extra_width() == 1);
   gate_prefetcher wrong(std::vector<std::vector<float>>(2, std::vector<float>(6 * d)), d);
   CHECK_THROWS_AS(wrong.bind(s), weft::error);
   CHECK_THROWS_AS(gate_prefetcher({}, d), weft::error);

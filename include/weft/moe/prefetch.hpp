@@ -310,6 +310,9 @@ class gate_prefetcher {
   void observe(std::uint32_t layer, std::span<const std::uint32_t> experts) {
     expects(layer < shape_.num_layers, errc::out_of_range, "weft::moe::gate_prefetcher::observe", "layer ", layer,
             " does not exist");
+    for (const std::uint32_t e : experts)
+      expects(e < shape_.num_experts, errc::out_of_range, "weft::moe::gate_prefetcher::observe", "unknown expert ", e,
+              " at layer ", layer);
     corrector_.observe(layer, experts);
   }
 
