@@ -145,15 +145,17 @@ int main(int argc, char** argv) {
   }
   // Target: the best online policy with prefetch within 10% of Belady at 2x.
   for (const capacity_scope sc : {capacity_scope::per_layer, capacity_scope::global}) {
-    double best = 0;
+    double best = 0, best_resident = 0;
     std::string best_name;
     for (const row& x : rows)
-      if (x.scope == sc && x.prefetch && x.mult == 2 && x.hit_rate > best) best = x.hit_rate, best_name = x.policy;
+      if (x.scope == sc && x.prefetch && x.mult == 2 && x.hit_rate > best)
+        best = x.hit_rate, best_resident = x.resident_hit_rate, best_name = x.policy;
     const double ceiling = belady_at(sc, 2);
     std::printf(
-        "at 2x active, %s capacity: best online+prefetch %s %.4f vs Belady %.4f: ratio %.3f (target >= 0.90: %s)\n",
-        sc == capacity_scope::global ? "global" : "per-layer", best_name.c_str(), best, ceiling, best / ceiling,
-        best / ceiling >= 0.9 ? "met" : "MISSED");
+        "at 2x active, %s capacity: best online+prefetch %s %.4f (resident-only %.4f) vs Belady %.4f: "
+        "ratio %.3f (resident-only %.3f); target >= 0.90: %s\n",
+        sc == capacity_scope::global ? "global" : "per-layer", best_name.c_str(), best, best_resident, ceiling,
+        best / ceiling, best_resident / ceiling, best / ceiling >= 0.9 ? "met" : "MISSED");
   }
 
   // ---- decision cost per lookup ---------------------------------------------------------------

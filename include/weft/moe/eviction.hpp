@@ -33,6 +33,8 @@ class scan_base {
     shape_ = shape;
     candidates_.resize(shape.num_keys());
     recency_.assign(shape.num_keys(), 0);
+    layer_.resize(shape.num_keys());
+    for (std::size_t i = 0; i < layer_.size(); ++i) layer_[i] = static_cast<std::uint32_t>(i / shape.num_experts);
     seq_ = 0;
   }
   void touch(std::size_t index) noexcept { recency_[index] = ++seq_; }
@@ -63,6 +65,7 @@ class scan_base {
   model_shape shape_{};
   candidate_set candidates_;
   std::vector<std::uint64_t> recency_;  // per key: event number of its last access or insertion
+  std::vector<std::uint32_t> layer_;    // per key: its layer (saves a division in every scan)
   std::uint64_t seq_ = 0;               // events seen (accesses + insertions), strictly increasing
 };
 
@@ -245,9 +248,8 @@ class activation_aware_policy {
 
  private:
   double score(std::uint32_t i, const access_info& info) const {
-    const expert_key k = base_.shape_.key(i);
     const double eam = (eam_epoch_[i] == epoch_ && info.request == request_) ? static_cast<double>(eam_[i]) : 0.0;
-    const double dist = forward_distance(info.layer, k.layer, base_.shape_.num_layers);
+    const double dist = forward_distance(info.layer, base_.layer_[i], base_.shape_.num_layers);
     return (1.0 + eam) * (1.0 + static_cast<double>(frequency_[i])) / (1.0 + dist);
   }
   // A new request starts a new EAM; epochs make the reset O(1) instead of O(keys).
@@ -282,9 +284,8 @@ class least_stale_policy {
   void on_remove(expert_key k) { base_.drop(base_.shape_.index(k)); }
   std::optional<expert_key> victim(const access_info& info) const {
     const std::uint32_t layers = base_.shape_.num_layers;
-    return base_.scan_min([&](std::uint32_t i) {
-      return -static_cast<double>(forward_distance(info.layer, base_.shape_.key(i).layer, layers));
-    });
+    return base_.scan_min(
+        [&](std::uint32_t i) { return -static_cast<double>(forward_distance(info.layer, base_.layer_[i], layers)); });
   }
 
  private:
