@@ -1,0 +1,180 @@
+// Replays a routing trace through an expert_cache (and optionally a prefetcher) under a simple
+// cost model: one host-to-device link of fixed bandwidth serving loads first come first served,
+// and a fixed compute time per layer during which loads proceed. Reports hit rate, bytes moved and
+// the time the engine stalls waiting for experts (the metrics of MoE-Infinity §7 and SpecMD §4).
+#pragma once
+
+#include <weft/core/error.hpp>
+#include <weft/moe/concepts.hpp>
+#include <weft/moe/expert_cache.hpp>
+#include <weft/moe/trace.hpp>
+#include <weft/moe/types.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+namespace weft::moe {
+
+/// Cost model and prefetch settings of a replay.
+struct replay_options {
+  double bandwidth_bytes_per_s = 25e9;  ///< host-to-device link (PCIe 4 x16 is about 25 GB/s)
+  double compute_s_per_layer = 200e-6;  ///< time one MoE layer computes, overlapping loads
+  std::uint32_t prefetch_depth = 1;     ///< layers ahead the prefetcher predicts (0 = none)
+};
+
+/// What a replay measured. A lookup is a hit when it found its expert resident or already being
+/// loaded (no new load started); in_flight_hits and stall_s say how late those loads were.
+struct replay_report {
+  std::uint64_t lookups = 0, hits = 0, in_flight_hits = 0, misses = 0;
+  std::uint64_t bytes_moved = 0;
+  std::uint64_t prefetch_loads = 0, prefetch_used = 0;
+  double stall_s = 0;  ///< time spent waiting for loads to finish
+  double total_s = 0;  ///< simulated wall time of the whole trace
+
+  double hit_rate() const noexcept { return lookups ? static_cast<double>(hits + in_flight_hits) / lookups : 0.0; }
+  /// Hits that found the expert fully resident.
+  double resident_hit_rate() const noexcept { return lookups ? static_cast<double>(hits) / lookups : 0.0; }
+};
+
+/// A prefetcher that predicts nothing: replay without prefetching.
+struct no_prefetch {
+  void bind(const model_shape&) {}
+  void begin_request(std::uint64_t) {}
+  void observe(std::uint32_t, std::span<const std::uint32_t>) {}
+  void predict(std::uint32_t, std::uint32_t, std::vector<expert_key>&) {}
+};
+static_assert(prefetcher<no_prefetch>);
+
+/// Replays `trace` through `cache` (which should be fresh; its shape must match the trace's).
+/// Per token and layer: complete the loads that finished; look up the layer's experts, starting
+/// demand loads for misses and pinning them all; let the prefetcher observe the routing and
+/// start prefetches for its predictions; wait for the layer's experts (stall); compute; unpin.
+/// The prefetcher is bound to the trace's shape here. Deterministic. Not thread-safe.
+/// Complexity: O(lookups * cost of a cache call + predictions).
+template <eviction_policy P, prefetcher F = no_prefetch>
+replay_report replay(const routing_trace& trace, expert_cache<P>& cache, F&& prefetch = F{},
+                     const replay_options& options = {}) {
+  constexpr const char* where = "weft::moe::replay";
+  const model_shape& s = trace.shape();
+  expects(s == cache.shape(), errc::mismatch, where, "the trace's model shape differs from the cache's");
+  expects(options.bandwidth_bytes_per_s > 0, errc::invalid_argument, where, "bandwidth is ",
+          options.bandwidth_bytes_per_s, "; it must be > 0");
+  expects(options.compute_s_per_layer >= 0, errc::invalid_argument, where, "compute time is ",
+          options.compute_s_per_layer, "; it must be >= 0");
+  for (std::uint32_t p = 0; p < cache.pool_count(); ++p)
+    expects(cache.slot_capacity(p) >= s.top_k, errc::invalid_argument, where, "pool ", p, " holds ",
+            cache.slot_capacity(p), " experts; a layer needs top_k = ", s.top_k, " at once");
+  prefetch.bind(s);
+
+  struct pending {
+    expert_key key;
+    double finish;
+  };
+  std::deque<pending> link;  // FIFO: finish times are non-decreasing
+  double now = 0, link_free = 0;
+  replay_report r;
+  const std::uint64_t before_bytes = cache.stats().bytes_loaded;
+  const std::uint64_t before_prefetch = cache.stats().prefetch_loads, before_used = cache.stats().prefetch_used;
+
+  auto schedule = [&](const load_order& order) {
+    const double start = std::max(now, link_free);
+    link_free = start + static_cast<double>(order.bytes) / options.bandwidth_bytes_per_s;
+    link.push_back({order.key, link_free});
+  };
+  auto drain = [&] {
+    while (!link.empty() && link.front().finish <= now) {
+      cache.complete(link.front().key);
+      link.pop_front();
+    }
+  };
+  auto wait_until = [&](double t) {
+    if (t > now) {
+      r.stall_s += t - now;
+      now = t;
+    }
+    drain();
+  };
+  auto finish_of = [&](expert_key k) {
+    for (const pending& p : link)
+      if (p.key == k) return p.finish;
+    return now;
+  };
+
+  std::vector<expert_key> predicted, held;
+  std::uint64_t request = 0;
+  bool first = true;
+  for (std::size_t t = 0; t < trace.num_tokens(); ++t) {
+    if (first || trace.request(t) != request) {
+      first = false;
+      request = trace.request(t);
+      cache.begin_request(request);
+      prefetch.begin_request(request);
+    }
+    for (std::uint32_t l = 0; l < s.num_layers; ++l) {
+      drain();
+      const auto experts = trace.experts(t, l);
+      double ready = now;
+      for (const std::uint32_t e : experts) {
+        const expert_key k{l, e};
+        const lookup_result found = cache.lookup(k);
+        ++r.lookups;
+        if (found.status == lookup_status::hit) {
+          ++r.hits;
+        } else if (found.status == lookup_status::in_flight) {
+          ++r.in_flight_hits;
+          ready = std::max(ready, finish_of(k));
+        } else {
+          ++r.misses;
+          std::optional<load_order> order = cache.start_load(k);
+          // No room: every entry of the pool is pinned or loading. Wait for the oldest load.
+          while (!order) {
+            expects(!link.empty(), errc::precondition, where, "no room for ", k, " and nothing in flight");
+            wait_until(link.front().finish);
+            order = cache.start_load(k);
+          }
+          schedule(*order);
+          ready = std::max(ready, link_free);
+        }
+        cache.pin(k);
+      }
+      prefetch.observe(l, experts);
+      if (options.prefetch_depth > 0) {
+        predicted.clear();
+        prefetch.predict(l, options.prefetch_depth, predicted);
+        // A prefetch must not evict another predicted expert: hold the predicted ones that are
+        // already present while the others are loaded.
+        held.clear();
+        for (const expert_key k : predicted)
+          if (cache.peek(k).status != lookup_status::miss) {
+            cache.pin(k);
+            held.push_back(k);
+          }
+        for (const expert_key k : predicted)
+          if (const auto order = cache.prefetch(k)) {
+            schedule(*order);
+            cache.pin(k);
+            held.push_back(k);
+          }
+        for (const expert_key k : held) cache.unpin(k);
+      }
+      wait_until(ready);
+      now += options.compute_s_per_layer;
+      for (const std::uint32_t e : experts) cache.unpin({l, e});
+    }
+  }
+  // Let outstanding loads land so the cache ends consistent.
+  while (!link.empty()) {
+    now = std::max(now, link.front().finish);
+    drain();
+  }
+  r.total_s = now;
+  r.bytes_moved = cache.stats().bytes_loaded - before_bytes;
+  r.prefetch_loads = cache.stats().prefetch_loads - before_prefetch;
+  r.prefetch_used = cache.stats().prefetch_used - before_used;
+  return r;
+}
+
+}  // namespace weft::moe

@@ -1,0 +1,302 @@
+// Routing traces: which experts each token chose at each MoE layer. A documented CSV format with a
+// writer and a validating reader, and a seeded generator with Zipf expert popularity, temporal
+// reuse across tokens and inter-layer correlation (the three properties measured on real MoE routing
+// by MoE-Infinity §3, Xue et al. 2024, and "Not All Models Suit Expert Offloading", Liang et al. 2025).
+#pragma once
+
+#include <weft/core/error.hpp>
+#include <weft/moe/types.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <istream>
+#include <ostream>
+#include <sstream>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace weft::moe {
+
+/// A routing trace: tokens in execution order, each with its request id and, for every layer,
+/// top_k distinct experts. Storage is flat: experts of token t, layer l start at
+/// (t * num_layers + l) * top_k. Not thread-safe to mutate; reads are. append O(L*k), reads O(1).
+class routing_trace {
+ public:
+  routing_trace() = default;
+  explicit routing_trace(model_shape shape) : shape_(shape) { shape.validate("weft::moe::routing_trace"); }
+
+  /// Appends a token: `experts` holds num_layers * top_k expert ids, layer-major. Throws weft::error
+  /// if the size is wrong, an id is out of range, or a layer repeats an expert.
+  void append(std::uint64_t request, std::span<const std::uint32_t> experts) {
+    constexpr const char* where = "weft::moe::routing_trace::append";
+    const std::size_t per_token = std::size_t{shape_.num_layers} * shape_.top_k;
+    expects(shape_.num_layers > 0, errc::precondition, where, "the trace has no model shape");
+    expects(experts.size() == per_token, errc::invalid_argument, where, "token has ", experts.size(),
+            " expert ids; it needs num_layers * top_k = ", per_token);
+    for (std::uint32_t l = 0; l < shape_.num_layers; ++l) {
+      const auto row = experts.subspan(std::size_t{l} * shape_.top_k, shape_.top_k);
+      for (std::size_t j = 0; j < row.size(); ++j) {
+        expects(row[j] < shape_.num_experts, errc::out_of_range, where, "token ", num_tokens(), " layer ", l,
+                ": unknown expert ", row[j], " (the model has ", shape_.num_experts, ")");
+        for (std::size_t m = 0; m < j; ++m)
+          expects(row[m] != row[j], errc::invalid_argument, where, "token ", num_tokens(), " layer ", l,
+                  " routes to expert ", row[j], " twice; top-k experts are distinct");
+      }
+    }
+    requests_.push_back(request);
+    experts_.insert(experts_.end(), experts.begin(), experts.end());
+  }
+
+  const model_shape& shape() const noexcept { return shape_; }
+  std::size_t num_tokens() const noexcept { return requests_.size(); }
+  std::uint64_t request(std::size_t token) const { return requests_.at(token); }
+  /// The top_k experts of `token` at `layer`. Precondition: token < num_tokens(), layer < num_layers.
+  std::span<const std::uint32_t> experts(std::size_t token, std::uint32_t layer) const {
+    return std::span<const std::uint32_t>(experts_).subspan((token * shape_.num_layers + layer) * shape_.top_k,
+                                                            shape_.top_k);
+  }
+  /// Every demand lookup the trace implies, in execution order (token, layer, listed expert).
+  std::vector<expert_key> lookups() const {
+    std::vector<expert_key> out;
+    out.reserve(experts_.size());
+    for (std::size_t t = 0; t < num_tokens(); ++t)
+      for (std::uint32_t l = 0; l < shape_.num_layers; ++l)
+        for (const std::uint32_t e : experts(t, l)) out.push_back({l, e});
+    return out;
+  }
+
+ private:
+  model_shape shape_{};
+  std::vector<std::uint64_t> requests_;
+  std::vector<std::uint32_t> experts_;
+};
+
+// ---- CSV format -------------------------------------------------------------------------------
+// Line 1:   # weft-moe-trace v1 layers=<L> experts=<E> top_k=<K>
+// Line 2:   token,request,layer,experts
+// Then one row per (token, layer), tokens numbered 0,1,2,... in order, layers 0..L-1 in order:
+//           <token>,<request>,<layer>,<e1> <e2> ... <eK>
+// Expert ids are space-separated, distinct, < E. Blank lines and lines starting with '#' after the
+// first are ignored. The reader checks every rule and names the line that breaks one.
+
+/// Writes `trace` in the CSV format above. Thread-safe for distinct streams. O(size).
+inline void write_csv(std::ostream& out, const routing_trace& trace) {
+  const model_shape& s = trace.shape();
+  out << "# weft-moe-trace v1 layers=" << s.num_layers << " experts=" << s.num_experts << " top_k=" << s.top_k
+      << "\ntoken,request,layer,experts\n";
+  for (std::size_t t = 0; t < trace.num_tokens(); ++t)
+    for (std::uint32_t l = 0; l < s.num_layers; ++l) {
+      out << t << ',' << trace.request(t) << ',' << l << ',';
+      const auto row = trace.experts(t, l);
+      for (std::size_t j = 0; j < row.size(); ++j) out << (j ? " " : "") << row[j];
+      out << '\n';
+    }
+}
+
+namespace detail {
+inline std::uint64_t parse_uint(const std::string& text, std::size_t line, const char* what) {
+  expects(!text.empty() && text.size() <= 19 &&
+              std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }),
+          errc::parse, "weft::moe::read_csv", "line ", line, ": ", what, " '", text, "' is not a non-negative integer");
+  return std::stoull(text);
+}
+}  // namespace detail
+
+/// Reads a trace in the CSV format above. Throws weft::error (errc::parse) naming the line of the
+/// first malformed row. Thread-safe for distinct streams. O(size).
+inline routing_trace read_csv(std::istream& in) {
+  constexpr const char* where = "weft::moe::read_csv";
+  std::string line;
+  expects(static_cast<bool>(std::getline(in, line)), errc::parse, where, "empty input; expected the header line");
+  model_shape s{};
+  {
+    std::istringstream head(line);
+    std::string hash, magic, version;
+    head >> hash >> magic >> version;
+    expects(hash == "#" && magic == "weft-moe-trace" && version == "v1", errc::parse, where, "line 1 is '", line,
+            "'; expected '# weft-moe-trace v1 layers=L experts=E top_k=K'");
+    std::string field;
+    bool have_l = false, have_e = false, have_k = false;
+    while (head >> field) {
+      const auto eq = field.find('=');
+      expects(eq != std::string::npos, errc::parse, where, "line 1: field '", field, "' is not name=value");
+      const std::string name = field.substr(0, eq);
+      const std::uint64_t value = detail::parse_uint(field.substr(eq + 1), 1, name.c_str());
+      expects(value <= 0xFFFFFFFFull, errc::parse, where, "line 1: ", name, " = ", value, " is too large");
+      if (name == "layers")
+        s.num_layers = static_cast<std::uint32_t>(value), have_l = true;
+      else if (name == "experts")
+        s.num_experts = static_cast<std::uint32_t>(value), have_e = true;
+      else if (name == "top_k")
+        s.top_k = static_cast<std::uint32_t>(value), have_k = true;
+      else
+        expects(false, errc::parse, where, "line 1: unknown field '", name, "'");
+    }
+    expects(have_l && have_e && have_k, errc::parse, where, "line 1 must give layers, experts and top_k");
+    s.validate(where);
+  }
+  expects(static_cast<bool>(std::getline(in, line)) && line == "token,request,layer,experts", errc::parse, where,
+          "line 2 must be 'token,request,layer,experts'");
+  routing_trace trace(s);
+  std::vector<std::uint32_t> token_experts;
+  std::uint64_t token_request = 0;
+  std::size_t line_no = 2;
+  std::uint64_t expect_token = 0;
+  std::uint32_t expect_layer = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> cols;
+    std::istringstream row(line);
+    std::string col;
+    while (std::getline(row, col, ',')) cols.push_back(col);
+    expects(cols.size() == 4, errc::parse, where, "line ", line_no, " has ", cols.size(), " columns; expected 4");
+    const std::uint64_t token = detail::parse_uint(cols[0], line_no, "token");
+    const std::uint64_t request = detail::parse_uint(cols[1], line_no, "request");
+    const std::uint64_t layer = detail::parse_uint(cols[2], line_no, "layer");
+    expects(token == expect_token && layer == expect_layer, errc::parse, where, "line ", line_no, ": row is token ",
+            token, " layer ", layer, "; expected token ", expect_token, " layer ", expect_layer);
+    if (layer == 0) token_request = request;
+    expects(request == token_request, errc::parse, where, "line ", line_no, ": request ", request,
+            " differs from the request ", token_request, " of the token's layer 0");
+    std::istringstream ids(cols[3]);
+    std::string id;
+    std::size_t count = 0;
+    while (ids >> id) {
+      const std::uint64_t e = detail::parse_uint(id, line_no, "expert");
+      expects(e < s.num_experts, errc::parse, where, "line ", line_no, ": unknown expert ", e, " (the model has ",
+              s.num_experts, ")");
+      token_experts.push_back(static_cast<std::uint32_t>(e));
+      ++count;
+    }
+    expects(count == s.top_k, errc::parse, where, "line ", line_no, " lists ", count, " experts; top_k is ", s.top_k);
+    if (++expect_layer == s.num_layers) {
+      try {
+        trace.append(token_request, token_experts);
+      } catch (const weft::error& e) {
+        weft::detail::raise(errc::parse, where, "line ", line_no, ": ", e.what());
+      }
+      token_experts.clear();
+      expect_layer = 0;
+      ++expect_token;
+    }
+  }
+  expects(expect_layer == 0, errc::parse, where, "input ends inside token ", expect_token, " (after layer ",
+          expect_layer - 1, ")");
+  return trace;
+}
+
+// ---- generator --------------------------------------------------------------------------------
+
+/// Parameters of generate_trace. Defaults are the benchmark's (docs/moe.md, bench/moe/).
+struct trace_params {
+  model_shape shape{16, 64, 2};
+  std::uint32_t num_requests = 24;
+  std::uint32_t tokens_per_request = 48;
+  /// Zipf exponent of expert popularity within a layer (0 = uniform).
+  double zipf_s = 0.9;
+  /// Requests draw one of num_topics topics; each topic ranks the experts of each layer its own way.
+  std::uint32_t num_topics = 4;
+  /// Probability that a routed expert repeats the previous token's choice (same request, layer, rank).
+  double reuse = 0.35;
+  /// Probability that it follows the expert of the same rank at the previous layer through a fixed
+  /// affinity map (inter-layer correlation).
+  double layer_correlation = 0.35;
+  /// false: one affinity map per layer for the whole model (inter-layer affinity is a property of
+  /// the trained weights: Yao et al. 2024, "Exploiting Inter-Layer Expert Affinity"); true: each
+  /// topic has its own maps (harder to predict).
+  bool topic_affinity = false;
+  std::uint64_t seed = 1;
+};
+
+namespace detail {
+// splitmix64: a tiny generator with exactly specified output, so traces reproduce across standard
+// libraries (std::uniform_*_distribution differ between them).
+struct splitmix64 {
+  std::uint64_t state;
+  std::uint64_t next() noexcept {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  std::uint32_t below(std::uint32_t n) noexcept { return static_cast<std::uint32_t>(next() % n); }
+};
+}  // namespace detail
+
+/// Generates a routing trace, reproducibly from params.seed. For each token, layer and rank j, the
+/// expert is (in order of trial): with probability `reuse` the previous token's rank-j expert at this
+/// layer; else with probability `layer_correlation` the affinity image of this token's
+/// rank-j expert at the previous layer; else a Zipf(zipf_s) draw over the topic's ranking of the
+/// layer. A candidate already chosen for this token and layer falls through to a fresh Zipf draw.
+/// Throws weft::error for invalid parameters. O(tokens * L * k) expected time.
+inline routing_trace generate_trace(const trace_params& p) {
+  constexpr const char* where = "weft::moe::generate_trace";
+  const model_shape& s = p.shape;
+  s.validate(where);
+  expects(p.num_topics >= 1, errc::invalid_argument, where, "num_topics is 0; it must be >= 1");
+  expects(p.zipf_s >= 0.0, errc::invalid_argument, where, "zipf_s is ", p.zipf_s, "; it must be >= 0");
+  expects(p.reuse >= 0.0 && p.layer_correlation >= 0.0 && p.reuse + p.layer_correlation <= 1.0, errc::invalid_argument,
+          where, "reuse (", p.reuse, ") and layer_correlation (", p.layer_correlation, ") must be >= 0 with sum <= 1");
+  detail::splitmix64 rng{p.seed};
+  const std::uint32_t L = s.num_layers, E = s.num_experts, K = s.top_k;
+  // Zipf CDF over ranks 0..E-1.
+  std::vector<double> cdf(E);
+  double total = 0.0;
+  for (std::uint32_t r = 0; r < E; ++r) cdf[r] = (total += 1.0 / std::pow(static_cast<double>(r + 1), p.zipf_s));
+  for (double& c : cdf) c /= total;
+  // Per topic and layer: a ranking (rank -> expert) and an affinity map (expert -> expert of next layer).
+  std::vector<std::uint32_t> ranking(std::size_t{p.num_topics} * L * E), affinity(std::size_t{p.num_topics} * L * E);
+  for (std::size_t block = 0; block < std::size_t{p.num_topics} * L; ++block) {
+    auto shuffle = [&](std::uint32_t* a) {
+      for (std::uint32_t i = 0; i < E; ++i) a[i] = i;
+      for (std::uint32_t i = E; i > 1; --i) std::swap(a[i - 1], a[rng.below(i)]);
+    };
+    shuffle(&ranking[block * E]);
+    shuffle(&affinity[block * E]);
+  }
+  auto zipf_rank = [&]() -> std::size_t {
+    const auto at = static_cast<std::size_t>(std::lower_bound(cdf.begin(), cdf.end(), rng.uniform()) - cdf.begin());
+    return std::min<std::size_t>(at, E - 1);
+  };
+  routing_trace trace(s);
+  std::vector<std::uint32_t> prev(std::size_t{L} * K), cur(std::size_t{L} * K);
+  for (std::uint32_t r = 0; r < p.num_requests; ++r) {
+    const std::uint32_t topic = rng.below(p.num_topics);
+    for (std::uint32_t t = 0; t < p.tokens_per_request; ++t) {
+      for (std::uint32_t l = 0; l < L; ++l) {
+        const std::uint32_t* rank = &ranking[(std::size_t{topic} * L + l) * E];
+        for (std::uint32_t j = 0; j < K; ++j) {
+          const double u = rng.uniform();
+          std::uint32_t e;
+          if (t > 0 && u < p.reuse)
+            e = prev[std::size_t{l} * K + j];
+          else if (l > 0 && u < p.reuse + p.layer_correlation)
+            e = affinity[(std::size_t{p.topic_affinity ? topic : 0} * L + (l - 1)) * E +
+                         cur[std::size_t{(l - 1)} * K + j]];
+          else
+            e = rank[zipf_rank()];
+          auto taken = [&](std::uint32_t x) {
+            for (std::uint32_t m = 0; m < j; ++m)
+              if (cur[std::size_t{l} * K + m] == x) return true;
+            return false;
+          };
+          // Redraw a few times; under extreme skew fall back to the most popular expert still free,
+          // so generation always terminates.
+          for (int tries = 0; taken(e) && tries < 64; ++tries) e = rank[zipf_rank()];
+          for (std::uint32_t at = 0; taken(e); ++at) e = rank[at];
+          cur[std::size_t{l} * K + j] = e;
+        }
+      }
+      trace.append(r, cur);
+      prev = cur;
+    }
+  }
+  return trace;
+}
+
+}  // namespace weft::moe
