@@ -2,6 +2,7 @@
 #include <weft/core.hpp>
 
 #include <cstdio>
+#include <vector>
 
 #if defined(WEFT_CONSUMER_HAS_KV)
 #include <weft/kv.hpp>
@@ -17,5 +18,21 @@ int main() {
   const bool ok = h.quantile(0.5) > 490 && h.quantile(0.5) < 510 && static_cast<float>(x) == 1.5f;
   std::printf("weft %s consumer: p50 = %.1f, half(1.5) = %.1f -> %s\n", WEFT_VERSION_STRING, h.p50(),
               static_cast<float>(x), ok ? "ok" : "WRONG");
-  return ok ? 0 : 1;
+  if (!ok) return 1;
+#if defined(WEFT_CONSUMER_HAS_KV)
+  // Two prompts sharing 48 tokens at block size 16: the second reuses 3 cached blocks.
+  weft::kv::kv_config config;
+  config.num_blocks = 32;
+  config.block_size = 16;
+  weft::kv::kv_manager<> kv(config);
+  std::vector<weft::kv::token_id> prompt(55);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<weft::kv::token_id>(i + 1);
+  (void)kv.allocate_prompt(weft::kv::request_id(1), prompt);
+  prompt.resize(50);
+  const auto second = kv.allocate_prompt(weft::kv::request_id(2), prompt);
+  std::printf("kv consumer: second prompt has %zu cached tokens -> %s\n", second->cached_tokens,
+              second->cached_tokens == 48 ? "ok" : "WRONG");
+  if (second->cached_tokens != 48) return 1;
+#endif
+  return 0;
 }
