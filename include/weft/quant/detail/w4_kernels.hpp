@@ -1,0 +1,166 @@
+// Inner kernels of the W4 GEMV/GEMM (gemm_w4.hpp): NR weight rows against MB activation rows,
+// group by group, one function per instruction set. Each returns, per (row, activation),
+// sum_g scale_g * sum_{k in g} code_k * x_k; the zero-point term is subtracted by the caller.
+#pragma once
+
+#include <weft/quant/cpu_features.hpp>
+#include <weft/quant/tile_math.hpp>
+
+#include <cstdint>
+
+#if WEFT_QUANT_X86
+#include <immintrin.h>
+#endif
+
+namespace weft::quant::detail {
+
+/// Arguments shared by every path. rows[r] points at a packed int4 row; xs[m] at a float
+/// activation row padded to a multiple of 32 with zeros; scales[r] at the row's G scales.
+template <int NR, int MB, class Scale>
+struct w4_tile_args {
+  const std::uint8_t* rows[NR];
+  const float* xs[MB];
+  const Scale* scales[NR];
+  std::int64_t groups;            // G
+  std::int64_t blocks_per_group;  // group_size / 32
+  std::int64_t blocks;            // k_padded / 32
+};
+
+template <int NR, int MB, class Scale>
+void w4_tile_portable(const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MB; ++m) out[r][m] = 0.0f;
+  for (std::int64_t g = 0; g < a.groups; ++g) {
+    float acc[NR][MB] = {};
+    const std::int64_t b_end = (g + 1) * a.blocks_per_group < a.blocks ? (g + 1) * a.blocks_per_group : a.blocks;
+    for (std::int64_t b = g * a.blocks_per_group; b < b_end; ++b)
+      for (int r = 0; r < NR; ++r) {
+        const std::uint8_t* p = a.rows[r] + b * int4_block_bytes;
+        for (int m = 0; m < MB; ++m) {
+          const float* x = a.xs[m] + b * int4_block;
+          float s = acc[r][m];
+          for (int j = 0; j < 16; ++j) {
+            s += static_cast<float>(p[j] & 0xF) * x[j];
+            s += static_cast<float>(p[j] >> 4) * x[j + 16];
+          }
+          acc[r][m] = s;
+        }
+      }
+    for (int r = 0; r < NR; ++r) {
+      const float scale = static_cast<float>(a.scales[r][g]);
+      for (int m = 0; m < MB; ++m) out[r][m] += scale * acc[r][m];
+    }
+  }
+}
+
+#if WEFT_QUANT_X86
+
+template <int NR, int MB, class Scale>
+__attribute__((target("avx2,fma"))) void w4_tile_avx2(const w4_tile_args<NR, MB, Scale>& a,
+                                                      float (&out)[NR][MB]) noexcept {
+  __m256 total[NR][MB];
+#pragma GCC unroll 16
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) total[r][m] = _mm256_setzero_ps();
+  const __m256i nibble = _mm256_set1_epi32(0xF);
+  for (std::int64_t g = 0; g < a.groups; ++g) {
+    __m256 acc[NR][MB];
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) acc[r][m] = _mm256_setzero_ps();
+    const std::int64_t b_end = (g + 1) * a.blocks_per_group < a.blocks ? (g + 1) * a.blocks_per_group : a.blocks;
+    for (std::int64_t b = g * a.blocks_per_group; b < b_end; ++b) {
+      // Byte j holds element j (low nibble) and j + 16 (high): two 8-byte halves give 4 vectors.
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) {
+        const std::uint8_t* p = a.rows[r] + b * int4_block_bytes;
+        const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+        const __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
+        const __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(v0, nibble));
+        const __m256 w1 = _mm256_cvtepi32_ps(_mm256_and_si256(v1, nibble));
+        const __m256 w2 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4));
+        const __m256 w3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4));
+#pragma GCC unroll 16
+        for (int m = 0; m < MB; ++m) {
+          const float* x = a.xs[m] + b * int4_block;
+          acc[r][m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), acc[r][m]);
+          acc[r][m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), acc[r][m]);
+          acc[r][m] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + 16), acc[r][m]);
+          acc[r][m] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + 24), acc[r][m]);
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) {
+      const __m256 scale = _mm256_set1_ps(static_cast<float>(a.scales[r][g]));
+#pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) total[r][m] = _mm256_fmadd_ps(scale, acc[r][m], total[r][m]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MB; ++m) {
+      const __m128 h = _mm_add_ps(_mm256_castps256_ps128(total[r][m]), _mm256_extractf128_ps(total[r][m], 1));
+      const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      out[r][m] = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+    }
+}
+
+template <int NR, int MB, class Scale>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void w4_tile_avx512(const w4_tile_args<NR, MB, Scale>& a,
+                                                                             float (&out)[NR][MB]) noexcept {
+  __m512 total[NR][MB];
+#pragma GCC unroll 16
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) total[r][m] = _mm512_setzero_ps();
+  const __m512i nibble = _mm512_set1_epi32(0xF);
+  for (std::int64_t g = 0; g < a.groups; ++g) {
+    __m512 acc[NR][MB];
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) acc[r][m] = _mm512_setzero_ps();
+    const std::int64_t b_end = (g + 1) * a.blocks_per_group < a.blocks ? (g + 1) * a.blocks_per_group : a.blocks;
+    for (std::int64_t b = g * a.blocks_per_group; b < b_end; ++b) {
+      // One 16-byte load zero-extended to 16 lanes: low nibbles are x[0..15], high x[16..31].
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) {
+        const __m512i v =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.rows[r] + b * int4_block_bytes)));
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, nibble));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+#pragma GCC unroll 16
+        for (int m = 0; m < MB; ++m) {
+          const float* x = a.xs[m] + b * int4_block;
+          acc[r][m] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x), acc[r][m]);
+          acc[r][m] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), acc[r][m]);
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) {
+      const __m512 scale = _mm512_set1_ps(static_cast<float>(a.scales[r][g]));
+#pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) total[r][m] = _mm512_fmadd_ps(scale, acc[r][m], total[r][m]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MB; ++m) out[r][m] = _mm512_reduce_add_ps(total[r][m]);
+}
+
+#endif  // WEFT_QUANT_X86
+
+/// Runs the tile on `path` (already resolved and supported).
+template <int NR, int MB, class Scale>
+void w4_tile(isa path, const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+#if WEFT_QUANT_X86
+  if (path == isa::avx512) return w4_tile_avx512(a, out);
+  if (path == isa::avx2) return w4_tile_avx2(a, out);
+#endif
+  (void)path;
+  w4_tile_portable(a, out);
+}
+
+}  // namespace weft::quant::detail
