@@ -44,7 +44,8 @@ struct gptq_tensors {
 };
 
 /// weft weights made from GPTQ tensors. With act-order the input channels are reordered so groups
-/// are contiguous: the layer computes y = weights * x[input_perm] (input_perm empty: identity).
+/// are contiguous: the layer computes y = weights * x[input_perm]. input_perm is empty exactly when
+/// the checkpoint had no g_idx (then it is the identity), so to_gptq can write g_idx back.
 template <scale_value Scale = half>
 struct gptq_import {
   quantized_matrix<Scale> weights;
@@ -78,7 +79,6 @@ gptq_import<Scale> from_gptq(const gptq_view<Scale>& t) {
   // Order input channels by group (stable, so an identity g_idx gives the identity order).
   std::vector<std::int32_t> perm(static_cast<std::size_t>(t.k));
   std::iota(perm.begin(), perm.end(), 0);
-  bool identity = true;
   if (!t.g_idx.empty()) {
     for (std::int64_t k = 0; k < t.k; ++k)
       expects(t.g_idx[k] >= 0 && t.g_idx[k] < groups, errc::out_of_range, where, "g_idx[", k, "] = ", t.g_idx[k],
@@ -87,7 +87,6 @@ gptq_import<Scale> from_gptq(const gptq_view<Scale>& t) {
     for (std::int64_t k = 0; k < t.k; ++k) {
       expects(t.g_idx[perm[k]] == k / gs, errc::invalid_argument, where, "g_idx does not put exactly ", gs,
               " input channels in each group (group ", t.g_idx[perm[k]], " is at sorted position ", k, ")");
-      identity = identity && perm[k] == k;
     }
   }
   const auto code_at = [&](std::int64_t n, std::int64_t k) {
@@ -108,7 +107,7 @@ gptq_import<Scale> from_gptq(const gptq_view<Scale>& t) {
     }
   quant_scheme scheme{4, t.group_size == -1 ? 0 : t.group_size, false};
   gptq_import<Scale> out{quantized_matrix<Scale>::from_codes(t.n, t.k, scheme, codes, scales, zeros), {}};
-  if (!identity) out.input_perm = std::move(perm);
+  if (!t.g_idx.empty()) out.input_perm = std::move(perm);
   return out;
 }
 
