@@ -40,21 +40,19 @@ void w4_rows(isa path, const quantized_matrix<Scale>& w, const float* xf, const 
   for (int r = 0; r < NR; ++r) {
     a.rows[r] = w.packed().data() + (n0 + r) * row_bytes;
     a.scales[r] = w.scales().data() + (n0 + r) * groups;
+    a.zeros[r] = w.zeros().data() + (n0 + r) * groups;
   }
-  for (int m = 0; m < MB; ++m) a.xs[m] = xf + (m0 + m) * kp;
+  for (int m = 0; m < MB; ++m) {
+    a.xs[m] = xf + (m0 + m) * kp;
+    a.xsums[m] = xsum + (m0 + m) * groups;
+  }
   a.groups = groups;
   a.blocks_per_group = w.group_size() / int4_block;
   a.blocks = kp / int4_block;
   float out[NR][MB];
   w4_tile(path, a, out);
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MB; ++m) {
-      // Zero-point term, in a fixed order on every path: sum_g scale_g * zero_g * sum_{k in g} x_k.
-      float correction = 0.0f;
-      for (std::int64_t g = 0; g < groups; ++g)
-        correction += w.scale(n0 + r, g) * static_cast<float>(w.zero(n0 + r, g)) * xsum[(m0 + m) * groups + g];
-      y[(m0 + m) * n_total + n0 + r] = out[r][m] - correction;
-    }
+    for (int m = 0; m < MB; ++m) y[(m0 + m) * n_total + n0 + r] = out[r][m];
 }
 
 template <int NR, class Scale>

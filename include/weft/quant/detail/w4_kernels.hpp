@@ -1,12 +1,15 @@
 // Inner kernels of the W4 GEMV/GEMM (gemm_w4.hpp): NR weight rows against MB activation rows,
 // group by group, one function per instruction set. Each returns, per (row, activation),
-// sum_g scale_g * sum_{k in g} code_k * x_k; the zero-point term is subtracted by the caller.
+// sum_g scale_g * sum_{k in g} code_k * x_k - sum_g scale_g * zero_g * sum_{k in g} x_k.
 #pragma once
 
 #include <weft/quant/cpu_features.hpp>
 #include <weft/quant/tile_math.hpp>
 
+#include <weft/core/half.hpp>
+
 #include <cstdint>
+#include <type_traits>
 
 #if WEFT_QUANT_X86
 #include <immintrin.h>
@@ -14,13 +17,29 @@
 
 namespace weft::quant::detail {
 
+/// A scale as fp32. The core half conversion is exact but slow in a hot loop; the vector paths
+/// use F16C, which gives the same value.
+template <class Scale>
+inline float scale_to_float(Scale s) noexcept {
+  return static_cast<float>(s);
+}
+#if WEFT_QUANT_X86
+template <class Scale>
+__attribute__((target("f16c"))) inline float scale_to_float_f16c(Scale s) noexcept {
+  if constexpr (std::is_same_v<Scale, half>) return _cvtsh_ss(s.bits);
+  else return static_cast<float>(s);
+}
+#endif
+
 /// Arguments shared by every path. rows[r] points at a packed int4 row; xs[m] at a float
 /// activation row padded to a multiple of 32 with zeros; scales[r] at the row's G scales.
 template <int NR, int MB, class Scale>
 struct w4_tile_args {
   const std::uint8_t* rows[NR];
   const float* xs[MB];
+  const float* xsums[MB];  // per-group sums of each activation row
   const Scale* scales[NR];
+  const std::int16_t* zeros[NR];
   std::int64_t groups;            // G
   std::int64_t blocks_per_group;  // group_size / 32
   std::int64_t blocks;            // k_padded / 32
@@ -28,6 +47,7 @@ struct w4_tile_args {
 
 template <int NR, int MB, class Scale>
 void w4_tile_portable(const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+  float correction[NR][MB] = {};
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MB; ++m) out[r][m] = 0.0f;
   for (std::int64_t g = 0; g < a.groups; ++g) {
@@ -47,18 +67,25 @@ void w4_tile_portable(const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]
         }
       }
     for (int r = 0; r < NR; ++r) {
-      const float scale = static_cast<float>(a.scales[r][g]);
-      for (int m = 0; m < MB; ++m) out[r][m] += scale * acc[r][m];
+      const float scale = scale_to_float(a.scales[r][g]);
+      const float zero = scale * static_cast<float>(a.zeros[r][g]);
+      for (int m = 0; m < MB; ++m) {
+        out[r][m] += scale * acc[r][m];
+        correction[r][m] += zero * a.xsums[m][g];
+      }
     }
   }
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MB; ++m) out[r][m] -= correction[r][m];
 }
 
 #if WEFT_QUANT_X86
 
 template <int NR, int MB, class Scale>
-__attribute__((target("avx2,fma"))) void w4_tile_avx2(const w4_tile_args<NR, MB, Scale>& a,
+__attribute__((target("avx2,fma,f16c"))) void w4_tile_avx2(const w4_tile_args<NR, MB, Scale>& a,
                                                       float (&out)[NR][MB]) noexcept {
   __m256 total[NR][MB];
+  float correction[NR][MB] = {};
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -94,23 +121,29 @@ __attribute__((target("avx2,fma"))) void w4_tile_avx2(const w4_tile_args<NR, MB,
     }
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) {
-      const __m256 scale = _mm256_set1_ps(static_cast<float>(a.scales[r][g]));
+      const float sf = scale_to_float_f16c(a.scales[r][g]);
+      const float zf = sf * static_cast<float>(a.zeros[r][g]);
+      const __m256 scale = _mm256_set1_ps(sf);
 #pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) total[r][m] = _mm256_fmadd_ps(scale, acc[r][m], total[r][m]);
+      for (int m = 0; m < MB; ++m) {
+        total[r][m] = _mm256_fmadd_ps(scale, acc[r][m], total[r][m]);
+        correction[r][m] += zf * a.xsums[m][g];
+      }
     }
   }
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MB; ++m) {
       const __m128 h = _mm_add_ps(_mm256_castps256_ps128(total[r][m]), _mm256_extractf128_ps(total[r][m], 1));
       const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-      out[r][m] = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+      out[r][m] = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q))) - correction[r][m];
     }
 }
 
 template <int NR, int MB, class Scale>
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void w4_tile_avx512(const w4_tile_args<NR, MB, Scale>& a,
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void w4_tile_avx512(const w4_tile_args<NR, MB, Scale>& a,
                                                                              float (&out)[NR][MB]) noexcept {
   __m512 total[NR][MB];
+  float correction[NR][MB] = {};
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -141,13 +174,25 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void w4_tile_avx512(con
     }
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) {
-      const __m512 scale = _mm512_set1_ps(static_cast<float>(a.scales[r][g]));
+      const float sf = scale_to_float_f16c(a.scales[r][g]);
+      const float zf = sf * static_cast<float>(a.zeros[r][g]);
+      const __m512 scale = _mm512_set1_ps(sf);
 #pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) total[r][m] = _mm512_fmadd_ps(scale, acc[r][m], total[r][m]);
+      for (int m = 0; m < MB; ++m) {
+        total[r][m] = _mm512_fmadd_ps(scale, acc[r][m], total[r][m]);
+        correction[r][m] += zf * a.xsums[m][g];
+      }
     }
   }
+  // Horizontal sums through memory: g++ 12's _mm512_reduce_add_ps trips -Wuninitialized.
+  alignas(64) float lanes[16];
   for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MB; ++m) out[r][m] = _mm512_reduce_add_ps(total[r][m]);
+    for (int m = 0; m < MB; ++m) {
+      _mm512_store_ps(lanes, total[r][m]);
+      for (int width = 8; width > 0; width /= 2)
+        for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
+      out[r][m] = lanes[0] - correction[r][m];
+    }
 }
 
 #endif  // WEFT_QUANT_X86
