@@ -54,13 +54,12 @@ class quantized_matrix {
                                      std::span<const std::int16_t> zeros = {}) {
     constexpr const char* where = "weft::quant::quantized_matrix::from_codes";
     check_scheme(n, k, scheme, where);
-    quantized_matrix m;
-    m.init_shape(n, k, scheme);
-    const auto cells = static_cast<std::size_t>(n * m.groups_);
+    const std::int64_t groups = ceil_div(k, scheme.group_size == 0 ? round_up(k, int4_block) : scheme.group_size);
+    const auto cells = static_cast<std::size_t>(n * groups);
     expects(codes.size() == static_cast<std::size_t>(n * k), errc::invalid_argument, where, "codes has ",
             codes.size(), " elements but N x K = ", n * k);
     expects(scales.size() == cells, errc::invalid_argument, where, "scales has ", scales.size(),
-            " elements but N x groups = ", n, " x ", m.groups_, " = ", cells);
+            " elements but N x groups = ", n, " x ", groups, " = ", cells);
     expects(zeros.empty() ? scheme.symmetric : zeros.size() == cells, errc::invalid_argument, where,
             "zeros has ", zeros.size(), " elements but N x groups = ", cells,
             " (zeros may be empty only for a symmetric scheme)");
@@ -68,6 +67,8 @@ class quantized_matrix {
     for (std::size_t i = 0; i < codes.size(); ++i)
       expects(codes[i] >= lo && codes[i] <= hi, errc::out_of_range, where, "code ", codes[i], " at index ", i,
               " is outside [", lo, ", ", hi, "] for ", scheme.bits, "-bit weights");
+    quantized_matrix m;
+    m.init_shape(n, k, scheme);
     m.scales_.assign(scales.begin(), scales.end());
     if (zeros.empty()) {
       m.zeros_.assign(cells, static_cast<std::int16_t>(symmetric_zero(scheme.bits)));
