@@ -86,14 +86,20 @@ TEST_CASE("gemm_w4: random inputs within 1e-3 mean relative error of the fp32 de
                        : quantize<weft::bfloat16>(wf, n, k, {4, 128, false}, minmax_quantizer{}).weights;
     const auto deq = w.dequantize();
     std::vector<weft::half> xh;
-    for (float v : xf) xh.push_back(weft::half(v));
-    std::vector<double> ref(static_cast<std::size_t>(m * n)), ref_h(ref.size());
+    std::vector<weft::bfloat16> xb;
+    for (float v : xf) {
+      xh.push_back(weft::half(v));
+      xb.push_back(weft::bfloat16(v));
+    }
+    std::vector<double> ref(static_cast<std::size_t>(m * n)), ref_h(ref.size()), ref_b(ref.size());
     for (std::int64_t r = 0; r < m; ++r)
       for (std::int64_t c = 0; c < n; ++c)
         for (std::int64_t i = 0; i < k; ++i) {
           ref[static_cast<std::size_t>(r * n + c)] += double(deq[static_cast<std::size_t>(c * k + i)]) * xf[static_cast<std::size_t>(r * k + i)];
           ref_h[static_cast<std::size_t>(r * n + c)] +=
               double(deq[static_cast<std::size_t>(c * k + i)]) * float(xh[static_cast<std::size_t>(r * k + i)]);
+          ref_b[static_cast<std::size_t>(r * n + c)] +=
+              double(deq[static_cast<std::size_t>(c * k + i)]) * float(xb[static_cast<std::size_t>(r * k + i)]);
         }
     for (isa p : runnable(w4_paths)) {
       INFO("path " << to_string(p) << " sym " << sym);
@@ -103,6 +109,8 @@ TEST_CASE("gemm_w4: random inputs within 1e-3 mean relative error of the fp32 de
       gemv_w4(w, std::span<const weft::half>(xh).first(static_cast<std::size_t>(k)), std::span<float>(y).first(static_cast<std::size_t>(n)), {p, true});
       gemm_w4(w, std::span<const weft::half>(xh), m, std::span<float>(y), {p, true});
       CHECK(mean_relative_error(y, ref_h) < 1e-3);
+      gemm_w4(w, std::span<const weft::bfloat16>(xb), m, std::span<float>(y), {p, true});  // the BF16 path
+      CHECK(mean_relative_error(y, ref_b) < 1e-3);
     }
   }
 }

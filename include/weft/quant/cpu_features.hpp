@@ -28,6 +28,7 @@ enum class isa : std::uint8_t {
   avx2,         ///< AVX2 + FMA
   avx512,       ///< AVX-512 F/BW/VL
   avx512_vnni,  ///< AVX-512 VNNI (vpdpbusd)
+  avx512_bf16,  ///< AVX-512 BF16 (vdpbf16ps)
   amx_int8,     ///< Intel AMX tiles (tdpbssd); needs the OS to grant tile state
 };
 
@@ -38,6 +39,7 @@ constexpr std::string_view to_string(isa path) noexcept {
     case isa::avx2: return "avx2";
     case isa::avx512: return "avx512";
     case isa::avx512_vnni: return "avx512_vnni";
+    case isa::avx512_bf16: return "avx512_bf16";
     case isa::amx_int8: return "amx_int8";
   }
   return "unknown";
@@ -62,6 +64,7 @@ struct cpu_features {
       case isa::avx2: return avx2 && fma;
       case isa::avx512: return avx512f && avx512bw && avx512vl;
       case isa::avx512_vnni: return avx512f && avx512bw && avx512vl && avx512_vnni;
+      case isa::avx512_bf16: return avx512f && avx512bw && avx512vl && avx512_bf16;
       case isa::amx_int8: return amx_int8;
     }
     return false;

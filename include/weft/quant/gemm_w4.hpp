@@ -16,12 +16,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 namespace weft::quant {
 
 /// The paths the W4 kernels have, best last.
-inline constexpr isa w4_paths[] = {isa::portable, isa::avx2, isa::avx512};
+/// avx512_bf16 serves bf16 activations with groups a multiple of 64; other calls that resolve to
+/// it run the avx512 path.
+inline constexpr isa w4_paths[] = {isa::portable, isa::avx2, isa::avx512, isa::avx512_bf16};
 
 /// The path gemm_w4 would run for `requested` on this CPU. Throws weft::error (unsupported) when a
 /// specific path is requested that the CPU lacks. Thread-safe. O(1).
@@ -31,9 +34,15 @@ inline isa w4_path(isa requested = isa::automatic) {
 
 namespace detail {
 
+template <class Act>
+std::uint16_t bit_cast16(Act v) noexcept {
+  if constexpr (std::is_same_v<Act, bfloat16>) return v.bits;
+  else return 0;  // only bf16 activations take the bf16 path
+}
+
 template <int NR, int MB, class Scale>
-void w4_rows(isa path, const quantized_matrix<Scale>& w, const float* xf, const float* xsum, std::int64_t m0,
-             std::int64_t n0, float* y, std::int64_t n_total) {
+void w4_rows(isa path, const quantized_matrix<Scale>& w, const float* xf, const float* xsum, const std::uint16_t* xb,
+             std::int64_t m0, std::int64_t n0, float* y, std::int64_t n_total) {
   const std::int64_t kp = w.k_padded(), groups = w.groups();
   const auto row_bytes = int4_row_bytes(kp);
   w4_tile_args<NR, MB, Scale> a{};
@@ -45,6 +54,7 @@ void w4_rows(isa path, const quantized_matrix<Scale>& w, const float* xf, const 
   for (int m = 0; m < MB; ++m) {
     a.xs[m] = xf + (m0 + m) * kp;
     a.xsums[m] = xsum + (m0 + m) * groups;
+    a.xb[m] = xb == nullptr ? nullptr : xb + (m0 + m) * kp;
   }
   a.groups = groups;
   a.blocks_per_group = w.group_size() / int4_block;
@@ -56,16 +66,16 @@ void w4_rows(isa path, const quantized_matrix<Scale>& w, const float* xf, const 
 }
 
 template <int NR, class Scale>
-void w4_row_block(isa path, const quantized_matrix<Scale>& w, const float* xf, const float* xsum, std::int64_t m_total,
-                  std::int64_t n0, float* y) {
+void w4_row_block(isa path, const quantized_matrix<Scale>& w, const float* xf, const float* xsum,
+                  const std::uint16_t* xb, std::int64_t m_total, std::int64_t n0, float* y) {
   // NR x MB accumulators plus totals must fit the 32 (AVX-512) or 16 (AVX2) vector registers.
   constexpr int mb = NR >= 4 ? 2 : 4;
   std::int64_t m = 0;
-  for (; m + mb <= m_total; m += mb) w4_rows<NR, mb>(path, w, xf, xsum, m, n0, y, w.rows());
+  for (; m + mb <= m_total; m += mb) w4_rows<NR, mb>(path, w, xf, xsum, xb, m, n0, y, w.rows());
   switch (m_total - m) {
-    case 3: w4_rows<NR, 3>(path, w, xf, xsum, m, n0, y, w.rows()); break;
-    case 2: w4_rows<NR, 2>(path, w, xf, xsum, m, n0, y, w.rows()); break;
-    case 1: w4_rows<NR, 1>(path, w, xf, xsum, m, n0, y, w.rows()); break;
+    case 3: w4_rows<NR, 3>(path, w, xf, xsum, xb, m, n0, y, w.rows()); break;
+    case 2: w4_rows<NR, 2>(path, w, xf, xsum, xb, m, n0, y, w.rows()); break;
+    case 1: w4_rows<NR, 1>(path, w, xf, xsum, xb, m, n0, y, w.rows()); break;
     default: break;
   }
 }
@@ -87,8 +97,9 @@ void gemm_w4(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int6
           x.size(), " elements but M x K = ", m, " x ", w.cols(), " = ", m * w.cols());
   expects(y.size() == static_cast<std::size_t>(m * w.rows()), errc::invalid_argument, where, "output has ", y.size(),
           " elements but M x N = ", m, " x ", w.rows(), " = ", m * w.rows());
-  const isa path = detail::resolve_path(options.path, w4_paths, where);
+  isa path = detail::resolve_path(options.path, w4_paths, where);
   const std::int64_t k = w.cols(), kp = w.k_padded(), n = w.rows(), groups = w.groups(), gs = w.group_size();
+  if (path == isa::avx512_bf16 && (!std::is_same_v<Act, bfloat16> || gs % 64 != 0)) path = isa::avx512;
   // Activations as fp32, padded with zeros to whole blocks, and their per-group sums.
   std::vector<float> xf(static_cast<std::size_t>(m * kp), 0.0f);
   std::vector<float> xsum(static_cast<std::size_t>(m * groups), 0.0f);
@@ -98,15 +109,28 @@ void gemm_w4(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int6
       xf[static_cast<std::size_t>(r * kp + i)] = v;
       xsum[static_cast<std::size_t>(r * groups + i / gs)] += v;
     }
+  // bf16 path: activations reordered per 64-element chunk to match two widened blocks.
+  std::vector<std::uint16_t> xb;
+  if (path == isa::avx512_bf16) {
+    xb.assign(static_cast<std::size_t>(m * kp), 0);
+    for (std::int64_t r = 0; r < m; ++r)
+      for (std::int64_t i = 0; i < k; ++i) {
+        const std::int64_t chunk = i / 64 * 64, j = i % 64;
+        const bool whole = chunk + 64 <= kp;
+        const std::int64_t pos = whole ? chunk + (j % 32 < 16 ? (j / 32) * 16 + j % 16 : 32 + (j / 32) * 16 + j % 16) : i;
+        xb[static_cast<std::size_t>(r * kp + pos)] = detail::bit_cast16(x[static_cast<std::size_t>(r * k + i)]);
+      }
+  }
+  const std::uint16_t* xbp = xb.empty() ? nullptr : xb.data();
   constexpr std::int64_t nr = 4;
   const std::int64_t full = n / nr * nr;
   const auto body = [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t b = b0; b < b1; ++b) {
       const std::int64_t n0 = b * nr;
       if (n0 + nr <= full) {
-        detail::w4_row_block<4>(path, w, xf.data(), xsum.data(), m, n0, y.data());
+        detail::w4_row_block<4>(path, w, xf.data(), xsum.data(), xbp, m, n0, y.data());
       } else {
-        for (std::int64_t r = n0; r < n; ++r) detail::w4_row_block<1>(path, w, xf.data(), xsum.data(), m, r, y.data());
+        for (std::int64_t r = n0; r < n; ++r) detail::w4_row_block<1>(path, w, xf.data(), xsum.data(), xbp, m, r, y.data());
       }
     }
   };

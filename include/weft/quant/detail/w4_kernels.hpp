@@ -38,6 +38,9 @@ struct w4_tile_args {
   const std::uint8_t* rows[NR];
   const float* xs[MB];
   const float* xsums[MB];  // per-group sums of each activation row
+  // avx512_bf16 only: bf16 activation rows, each 64-element chunk reordered as
+  // [0..15, 32..47, 16..31, 48..63] to match the nibbles of two blocks widened to 32 lanes.
+  const std::uint16_t* xb[MB];
   const Scale* scales[NR];
   const std::int16_t* zeros[NR];
   std::int64_t groups;            // G
@@ -195,12 +198,91 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void w4_tile_avx51
     }
 }
 
+/// AVX-512 BF16 path (bf16 activations, groups a multiple of 64): codes become the bf16 numbers
+/// 128 + code by OR-ing 0x4300 into the 16-bit lanes (exact), vdpbf16ps multiplies pairs of lanes
+/// with the activations, and the 128 goes into the zero-point term: sum (c - z) x =
+/// sum (128 + c) x - (128 + z) sum x.
+template <int NR, int MB, class Scale>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c"))) void w4_tile_avx512_bf16(
+    const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+  __m512 total[NR][MB];
+  float correction[NR][MB] = {};
+#pragma GCC unroll 16
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) total[r][m] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi16(0xF), bias = _mm512_set1_epi16(0x4300);
+  const __m256i low_h = _mm256_set1_epi16(0xF), bias_h = _mm256_set1_epi16(0x4300);
+  for (std::int64_t g = 0; g < a.groups; ++g) {
+    __m512 acc[NR][MB];
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) acc[r][m] = _mm512_setzero_ps();
+    const std::int64_t b0 = g * a.blocks_per_group;
+    const std::int64_t b_end = b0 + a.blocks_per_group < a.blocks ? b0 + a.blocks_per_group : a.blocks;
+    std::int64_t b = b0;
+    for (; b + 2 <= b_end; b += 2) {
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) {
+        const __m512i v = _mm512_cvtepu8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.rows[r] + b * int4_block_bytes)));
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, low), bias);
+        const __m512i hi = _mm512_or_si512(_mm512_srli_epi16(v, 4), bias);
+#pragma GCC unroll 16
+        for (int m = 0; m < MB; ++m) {
+          const std::uint16_t* x = a.xb[m] + b * int4_block;
+          acc[r][m] = _mm512_dpbf16_ps(acc[r][m], (__m512bh)lo, (__m512bh)_mm512_loadu_si512(x));
+          acc[r][m] = _mm512_dpbf16_ps(acc[r][m], (__m512bh)hi, (__m512bh)_mm512_loadu_si512(x + 32));
+        }
+      }
+    }
+    if (b < b_end) {  // a last single block (K padded to an odd number of blocks): x in plain order
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) {
+        const __m256i v =
+            _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.rows[r] + b * int4_block_bytes)));
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, low_h), bias_h);
+        const __m256i hi = _mm256_or_si256(_mm256_srli_epi16(v, 4), bias_h);
+#pragma GCC unroll 16
+        for (int m = 0; m < MB; ++m) {
+          const std::uint16_t* x = a.xb[m] + b * int4_block;
+          __m256 part = _mm256_dpbf16_ps(_mm256_setzero_ps(), (__m256bh)lo,
+                                         (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+          part = _mm256_dpbf16_ps(part, (__m256bh)hi, (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
+          acc[r][m] = _mm512_add_ps(acc[r][m], _mm512_zextps256_ps512(part));
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) {
+      const float sf = scale_to_float_f16c(a.scales[r][g]);
+      const float zf = sf * static_cast<float>(a.zeros[r][g] + 128);
+      const __m512 scale = _mm512_set1_ps(sf);
+#pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) {
+        total[r][m] = _mm512_fmadd_ps(scale, acc[r][m], total[r][m]);
+        correction[r][m] += zf * a.xsums[m][g];
+      }
+    }
+  }
+  alignas(64) float lanes[16];
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MB; ++m) {
+      _mm512_store_ps(lanes, total[r][m]);
+      for (int width = 8; width > 0; width /= 2)
+        for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
+      out[r][m] = lanes[0] - correction[r][m];
+    }
+}
+
 #endif  // WEFT_QUANT_X86
 
 /// Runs the tile on `path` (already resolved and supported).
 template <int NR, int MB, class Scale>
 void w4_tile(isa path, const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
 #if WEFT_QUANT_X86
+  if (path == isa::avx512_bf16) return w4_tile_avx512_bf16(a, out);
   if (path == isa::avx512) return w4_tile_avx512(a, out);
   if (path == isa::avx2) return w4_tile_avx2(a, out);
 #endif
