@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const int threads = tbb::info::default_concurrency();
   const int reps = quick ? 3 : 7;
-  std::printf("weft::quant benchmark: %d threads, paths w4=%s w8a8=%s%s\n", threads, wq::to_string(wq::w4_path()).data(),
-              wq::to_string(wq::w8a8_path()).data(), quick ? " (quick)" : "");
+  std::printf("weft::quant benchmark: %d threads, paths w4=%s w8a8=%s%s\n", threads,
+              wq::to_string(wq::w4_path()).data(), wq::to_string(wq::w8a8_path()).data(), quick ? " (quick)" : "");
 
   // 1. STREAM triad a = b + s c over 3 x 128 MiB, split over the same threads as the kernels.
   double bandwidth = 0;
@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
     const int layers = static_cast<int>(std::max<std::int64_t>(2, (std::int64_t{256} << 20) / (n * k / 2)));
     std::vector<wq::quantized_matrix<weft::half>> ws;
     for (int l = 0; l < layers; ++l)
-      ws.push_back(wq::quantize<weft::half>(randoms(static_cast<std::size_t>(n * k), 1u + l), n, k, {4, 128, true}).weights);
+      ws.push_back(
+          wq::quantize<weft::half>(randoms(static_cast<std::size_t>(n * k), 1u + l), n, k, {4, 128, true}).weights);
     const auto x = randoms(static_cast<std::size_t>(k), 99);
     std::vector<weft::half> xh;
     for (float v : x) xh.push_back(weft::half(v));
@@ -121,9 +122,8 @@ int main(int argc, char** argv) {
       });
     });
     record("gemv", "eigen_fp32", shape, se, 4.0 * n * k, 2.0 * n * k);
-    const double se1 = time_median(reps * 2, [&] {
-      ey.noalias() = em[static_cast<std::size_t>(next++ % e_layers)] * ex;
-    });
+    const double se1 =
+        time_median(reps * 2, [&] { ey.noalias() = em[static_cast<std::size_t>(next++ % e_layers)] * ex; });
     record("gemv", "eigen_fp32_1thread", shape, se1, 4.0 * n * k, 2.0 * n * k);
     if (n == 4096 && k == 4096) {
       w4_gemv_gbps = rows[rows.size() - 4].gbps;
@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
     const std::int64_t n = 4096, k = 4096;
     const auto wf = randoms(static_cast<std::size_t>(n * k), 5);
     const auto w = wq::quantize<weft::half>(wf, n, k, {4, 128, true}).weights;
-    const Eigen::MatrixXf ew = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(wf.data(), n, k);
+    const Eigen::MatrixXf ew =
+        Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(wf.data(), n, k);
     for (std::int64_t m : {8, 32, 128}) {
       const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
       const auto x = randoms(static_cast<std::size_t>(m * k), 6);
@@ -168,11 +169,14 @@ int main(int argc, char** argv) {
     for (auto& v : a) v = static_cast<std::int8_t>(d(rng));
     std::vector<std::int32_t> c(static_cast<std::size_t>(m * n));
     const std::string shape = "4096^3";
-    weft_w8_s = time_median(reps, [&] { wq::gemm_w8a8_i32(w, std::span<const std::int8_t>(a), m, std::span<std::int32_t>(c)); });
-    record("gemm_w8a8", std::string("weft_") + std::string(wq::to_string(wq::w8a8_path())), shape, weft_w8_s, 0, 2.0 * m * n * k);
+    weft_w8_s = time_median(
+        reps, [&] { wq::gemm_w8a8_i32(w, std::span<const std::int8_t>(a), m, std::span<std::int32_t>(c)); });
+    record("gemm_w8a8", std::string("weft_") + std::string(wq::to_string(wq::w8a8_path())), shape, weft_w8_s, 0,
+           2.0 * m * n * k);
     if (wq::cpu_features::get().supports(wq::isa::avx512_vnni)) {
       const double sv = time_median(quick ? 1 : 3, [&] {
-        wq::gemm_w8a8_i32(w, std::span<const std::int8_t>(a), m, std::span<std::int32_t>(c), {wq::isa::avx512_vnni, true});
+        wq::gemm_w8a8_i32(w, std::span<const std::int8_t>(a), m, std::span<std::int32_t>(c),
+                          {wq::isa::avx512_vnni, true});
       });
       record("gemm_w8a8", "weft_avx512_vnni", shape, sv, 0, 2.0 * m * n * k);
     }
@@ -203,7 +207,8 @@ int main(int argc, char** argv) {
   const std::string path = std::string(WEFT_BENCH_OUT) + "/quant.csv";
   std::ofstream csv(path);
   csv << "bench,impl,shape,seconds,gb_per_s,gop_per_s\n";
-  for (const auto& r : rows) csv << r.bench << ',' << r.impl << ',' << r.shape << ',' << r.seconds << ',' << r.gbps << ',' << r.gops << '\n';
+  for (const auto& r : rows)
+    csv << r.bench << ',' << r.impl << ',' << r.shape << ',' << r.seconds << ',' << r.gbps << ',' << r.gops << '\n';
   std::printf("wrote %s\n", path.c_str());
   return 0;
 }

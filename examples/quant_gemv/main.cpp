@@ -34,15 +34,17 @@ int main() {
   for (auto& v : w) v = normal(rng);
   for (auto& v : x) v = normal(rng) * 50.0f;
 
-  std::printf("CPU paths: W4 %s, W8A8 %s\n", wq::to_string(wq::w4_path()).data(), wq::to_string(wq::w8a8_path()).data());
+  std::printf("CPU paths: W4 %s, W8A8 %s\n", wq::to_string(wq::w4_path()).data(),
+              wq::to_string(wq::w8a8_path()).data());
   std::printf("\n1. Quantize %lld x %lld fp32 weights (%.1f MiB) to int4, groups of 128, fp16 scales\n",
               static_cast<long long>(n), static_cast<long long>(k), n * k * 4 / 1048576.0);
   const auto sym = wq::quantize<weft::half>(w, n, k, {4, 128, true});
   const auto asym = wq::quantize<weft::half>(w, n, k, {4, 128, false}, wq::minmax_quantizer{});
   const auto clipped = wq::quantize<weft::half>(w, n, k, {4, 128, true}, clipped_absmax{});
-  for (auto [name, r] : {std::pair{"absmax (symmetric)", &sym}, {"min-max (asymmetric)", &asym}, {"clipped absmax (user)", &clipped}})
-    std::printf("   %-22s relative error %.4f  SQNR %.1f dB  max |err| %.5f\n", name, r->error.relative, r->error.sqnr_db,
-                r->error.max_abs);
+  for (auto [name, r] :
+       {std::pair{"absmax (symmetric)", &sym}, {"min-max (asymmetric)", &asym}, {"clipped absmax (user)", &clipped}})
+    std::printf("   %-22s relative error %.4f  SQNR %.1f dB  max |err| %.5f\n", name, r->error.relative,
+                r->error.sqnr_db, r->error.max_abs);
   std::printf("   packed size %.2f MiB (%.1fx smaller than fp32)\n", sym.weights.weight_bytes() / 1048576.0,
               n * k * 4.0 / static_cast<double>(sym.weights.weight_bytes()));
 
@@ -77,8 +79,8 @@ int main() {
     err_full += (y[static_cast<std::size_t>(r)] - b) * (y[static_cast<std::size_t>(r)] - b);
     norm += b * b;
   }
-  std::printf("   %.3f ms per GEMV, %.1f GB/s of weights (one in-cache matrix; see bench/quant for DRAM numbers)\n", s * 1e3,
-              sym.weights.weight_bytes() / s / 1e9);
+  std::printf("   %.3f ms per GEMV, %.1f GB/s of weights (one in-cache matrix; see bench/quant for DRAM numbers)\n",
+              s * 1e3, sym.weights.weight_bytes() / s / 1e9);
   std::printf("   relative error vs fp32 product of the dequantized weights: %.2e (kernel arithmetic)\n",
               std::sqrt(err_deq / norm));
   std::printf("   relative error vs the unquantized fp32 layer:              %.2e (int4 quantization)\n",
@@ -96,7 +98,8 @@ int main() {
   for (std::int64_t r = 0; r < m; r += 5)
     for (std::int64_t c = 0; c < n; c += 7) {
       double b = 0;
-      for (std::int64_t i = 0; i < k; ++i) b += double(w[static_cast<std::size_t>(c * k + i)]) * xs[static_cast<std::size_t>(r * k + i)];
+      for (std::int64_t i = 0; i < k; ++i)
+        b += double(w[static_cast<std::size_t>(c * k + i)]) * xs[static_cast<std::size_t>(r * k + i)];
       e8 += (y8[static_cast<std::size_t>(r * n + c)] - b) * (y8[static_cast<std::size_t>(r * n + c)] - b);
       n8 += b * b;
     }

@@ -35,10 +35,13 @@ std::vector<weft::half> random_scales(std::size_t count, std::uint64_t seed) {
 float gptq_weight(const gptq_view<weft::half>& t, std::int64_t n, std::int64_t k) {
   const std::int64_t gs = t.group_size == -1 ? t.k : t.group_size;
   const std::int64_t g = t.g_idx.empty() ? k / gs : t.g_idx[static_cast<std::size_t>(k)];
-  const auto q = (static_cast<std::uint32_t>(t.qweight[static_cast<std::size_t>(k / 8 * t.n + n)]) >> (4 * (k % 8))) & 0xF;
-  auto z = (static_cast<std::uint32_t>(t.qzeros[static_cast<std::size_t>(g * (t.n / 8) + n / 8)]) >> (4 * (n % 8))) & 0xF;
+  const auto q =
+      (static_cast<std::uint32_t>(t.qweight[static_cast<std::size_t>(k / 8 * t.n + n)]) >> (4 * (k % 8))) & 0xF;
+  auto z =
+      (static_cast<std::uint32_t>(t.qzeros[static_cast<std::size_t>(g * (t.n / 8) + n / 8)]) >> (4 * (n % 8))) & 0xF;
   if (t.version == gptq_version::v1) z += 1;
-  return (static_cast<float>(q) - static_cast<float>(z)) * static_cast<float>(t.scales[static_cast<std::size_t>(g * t.n + n)]);
+  return (static_cast<float>(q) - static_cast<float>(z)) *
+         static_cast<float>(t.scales[static_cast<std::size_t>(g * t.n + n)]);
 }
 
 }  // namespace
@@ -65,7 +68,9 @@ TEST_CASE("gptq: tensors round-trip losslessly, with and without act-order", "[q
           std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
           t.g_idx.assign(static_cast<std::size_t>(k), 0);
           const std::int64_t g_size = gs == -1 ? k : gs;
-          for (std::int64_t i = 0; i < k; ++i) t.g_idx[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = static_cast<std::int32_t>(i / g_size);
+          for (std::int64_t i = 0; i < k; ++i)
+            t.g_idx[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] =
+                static_cast<std::int32_t>(i / g_size);
         }
         const auto imported = from_gptq(t.view());
         CHECK(imported.input_perm.empty() == !act_order);

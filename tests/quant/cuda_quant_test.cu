@@ -120,8 +120,10 @@ int main() {
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("quant.cuda: kernels compiled (W4A16 half/bf16 GEMM+GEMV, W8A8 GEMM); no GPU, %d argument-check "
-                "failures; skipping the launches\n", failures);
+    std::printf(
+        "quant.cuda: kernels compiled (W4A16 half/bf16 GEMM+GEMV, W8A8 GEMM); no GPU, %d argument-check "
+        "failures; skipping the launches\n",
+        failures);
     return failures == 0 ? 77 : 1;
   }
   for (auto [m, n, k, g] : {std::tuple{1, 64, 128, 32}, {37, 50, 300, 64}, {128, 128, 512, 128}}) {

@@ -58,7 +58,7 @@ std::pair<std::vector<float>, std::vector<float>> emulate_w4_gemm(const w4a16_pa
                 mma16_emulate<Act>(a, b, c);
                 for (int lane = 0; lane < 32; ++lane) {
                   std::memcpy(at(acc, w, i, j, lane), c[lane], sizeof(c[lane]));
-                  float (&f)[4] = *reinterpret_cast<float(*)[4]>(at(fb, w, i, j, lane));
+                  float(&f)[4] = *reinterpret_cast<float(*)[4]>(at(fb, w, i, j, lane));
                   w4_lane_step<Tile, Act>(*s, wm0 + 16 * i, wn0 + 8 * j, ks, lane, f);
                 }
               }
@@ -141,16 +141,18 @@ TEST_CASE("device tiles: mma fragment layouts cover each tile exactly once", "[q
 TEMPLATE_TEST_CASE("device tiles: emulated W4A16 GEMM grid matches the reference bit for bit", "[quant][device]",
                    weft::half, weft::bfloat16) {
   using Act = TestType;
-  for (auto [m, n, k, gs, sym] : {std::tuple{1, 8, 32, 32, true}, {33, 40, 100, 32, false}, {5, 17, 160, 64, true},
-                                  {16, 9, 45, 0, false}}) {
+  for (auto [m, n, k, gs, sym] :
+       {std::tuple{1, 8, 32, 32, true}, {33, 40, 100, 32, false}, {5, 17, 160, 64, true}, {16, 9, 45, 0, false}}) {
     INFO("M " << m << " N " << n << " K " << k << " group " << gs);
     const auto w = quant_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(m + n + k));
     std::vector<Act> x;
-    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 3, -8, 8)) x.push_back(Act(static_cast<float>(v)));
+    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 3, -8, 8))
+      x.push_back(Act(static_cast<float>(v)));
     const auto ref = reference_gemm(w, std::span<const Act>(x), m);
     std::vector<float> unused(1);
-    const w4a16_params<Act, weft::half> p{x.data(), w.packed().data(), w.scales().data(), w.zeros().data(), unused.data(),
-                                          m, n, k, w.k_padded(), w.group_size(), w.groups()};
+    const w4a16_params<Act, weft::half> p{
+        x.data(), w.packed().data(), w.scales().data(), w.zeros().data(), unused.data(), m, n,
+        k,        w.k_padded(),      w.group_size(),    w.groups()};
     const auto [y_mma, y_fb] = emulate_w4_gemm<gemm_tile<32, 16, 2, 1>>(p);
     CHECK(std::memcmp(y_mma.data(), ref.data(), ref.size() * 4) == 0);
     CHECK(std::memcmp(y_fb.data(), ref.data(), ref.size() * 4) == 0);
@@ -161,8 +163,9 @@ TEMPLATE_TEST_CASE("device tiles: emulated W4A16 GEMM grid matches the reference
       for (std::int64_t row = 0; row < n; ++row) {
         float lanes[32];
         for (int l = 0; l < 32; ++l)
-          lanes[l] = w4_lane_dot(w.packed().data() + row * int4_row_bytes(w.k_padded()), w.scales().data() + row * w.groups(),
-                                 w.zeros().data() + row * w.groups(), x.data() + r * k, k, w.group_size(), l, 32);
+          lanes[l] =
+              w4_lane_dot(w.packed().data() + row * int4_row_bytes(w.k_padded()), w.scales().data() + row * w.groups(),
+                          w.zeros().data() + row * w.groups(), x.data() + r * k, k, w.group_size(), l, 32);
         for (int off = 16; off > 0; off /= 2) {
           float next[32];
           for (int l = 0; l < 32; ++l) next[l] = lanes[l] + lanes[l ^ off];
@@ -178,9 +181,11 @@ TEST_CASE("device tiles: emulated W8A8 GEMM grid matches the int32 reference", "
     INFO("M " << m << " N " << n << " K " << k);
     const auto w = quant_test::exact_matrix<float>(n, k, {8, 0, true}, static_cast<std::uint64_t>(n * k));
     std::vector<std::int8_t> a;
-    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 4, -128, 127)) a.push_back(static_cast<std::int8_t>(v));
+    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 4, -128, 127))
+      a.push_back(static_cast<std::int8_t>(v));
     const auto ref = reference_gemm_w8a8_i32(w, std::span<const std::int8_t>(a), m);
-    const w8a8_params p{a.data(), reinterpret_cast<const std::int8_t*>(w.packed().data()), nullptr, m, n, k, w.k_padded()};
+    const w8a8_params p{a.data(),    reinterpret_cast<const std::int8_t*>(w.packed().data()), nullptr, m, n, k,
+                        w.k_padded()};
     CHECK(emulate_w8_gemm<gemm_tile<32, 16, 2, 1>>(p) == ref);
     CHECK(emulate_w8_gemm<gemm_tile<16, 32, 1, 2>>(p) == ref);
   }

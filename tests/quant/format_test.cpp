@@ -17,15 +17,16 @@ TEMPLATE_TEST_CASE("quantized_matrix: codes, scales and zeros round-trip through
                    float, weft::half, weft::bfloat16) {
   for (int bits : {4, 8})
     for (bool sym : {true, false})
-      for (auto [n, k, gs] : {std::tuple{1, 32, 32}, {7, 100, 32}, {17, 130, 64}, {5, 256, 128}, {3, 45, 0}, {16, 64, 0}}) {
+      for (auto [n, k, gs] :
+           {std::tuple{1, 32, 32}, {7, 100, 32}, {17, 130, 64}, {5, 256, 128}, {3, 45, 0}, {16, 64, 0}}) {
         const quant_scheme s{bits, gs, sym};
         const auto w = quant_test::exact_matrix<TestType>(n, k, s, 42 + static_cast<std::uint64_t>(n * k));
         INFO("bits " << bits << " sym " << sym << " n " << n << " k " << k << " group " << gs);
         const auto codes = w.codes();
         REQUIRE(codes.size() == static_cast<std::size_t>(n * k));
-        const auto back = quantized_matrix<TestType>::from_codes(n, k, s, codes,
-                                                                 std::vector<TestType>(w.scales().begin(), w.scales().end()),
-                                                                 std::vector<std::int16_t>(w.zeros().begin(), w.zeros().end()));
+        const auto back = quantized_matrix<TestType>::from_codes(
+            n, k, s, codes, std::vector<TestType>(w.scales().begin(), w.scales().end()),
+            std::vector<std::int16_t>(w.zeros().begin(), w.zeros().end()));
         CHECK(back == w);
         CHECK(w.groups() == (gs == 0 ? 1 : (k + gs - 1) / gs));
         CHECK(w.k_padded() % (bits == 4 ? 32 : 64) == 0);
@@ -44,8 +45,8 @@ TEST_CASE("quantized_matrix: int4 layout is the documented nibble order", "[quan
   const auto p = w.packed();
   REQUIRE(p.size() == 32);
   for (int j = 0; j < 16; ++j) {
-    CHECK((p[static_cast<std::size_t>(j)] & 0xF) == j % 16);          // element j
-    CHECK((p[static_cast<std::size_t>(j)] >> 4) == (j + 16) % 16);    // element j + 16
+    CHECK((p[static_cast<std::size_t>(j)] & 0xF) == j % 16);        // element j
+    CHECK((p[static_cast<std::size_t>(j)] >> 4) == (j + 16) % 16);  // element j + 16
     CHECK((p[static_cast<std::size_t>(16 + j)] & 0xF) == (32 + j) % 16);
   }
 }
@@ -85,15 +86,21 @@ TEST_CASE("quantized_matrix: bad arguments are rejected with a message naming th
   fails([&] { (void)M::from_codes(2, 32, {5, 32, true}, codes, one); }, "bits = 5");
   fails([&] { (void)M::from_codes(2, 32, {4, 48, true}, codes, one); }, "group_size = 48");
   fails([&] { (void)M::from_codes(2, 31, {4, 32, true}, codes, one); }, "codes has 64 elements but N x K = 62");
-  fails([&] { (void)M::from_codes(1, 64, {4, 32, true}, codes, std::vector<weft::half>(3, weft::half(1.0f))); },
-        "scales has 3 elements but N x groups = 1 x 2 = 2");
+  fails(
+      [&] {
+        (void)M::from_codes(1, 64, {4, 32, true}, codes, std::vector<weft::half>(3, weft::half(1.0f)));
+      },
+      "scales has 3 elements but N x groups = 1 x 2 = 2");
   fails([&] { (void)M::from_codes(2, 32, {4, 32, false}, codes, one); }, "zeros has 0 elements");
   fails([&] { (void)M::from_codes(0, 32, {4, 32, true}, {}, {}); }, "must be positive");
   std::vector<std::int32_t> bad = codes;
   bad[5] = 16;
   fails([&] { (void)M::from_codes(2, 32, {4, 32, true}, bad, one); }, "code 16 at index 5");
-  fails([&] { (void)M::from_codes(2, 32, {4, 32, true}, codes, one, std::vector<std::int16_t>{8, 7}); },
-        "zero point 7 at index 1");
+  fails(
+      [&] {
+        (void)M::from_codes(2, 32, {4, 32, true}, codes, one, std::vector<std::int16_t>{8, 7});
+      },
+      "zero point 7 at index 1");
   const auto w = M::from_codes(2, 32, {4, 32, true}, codes, one);
   CHECK_THROWS_AS(w.code(2, 0), weft::error);
   CHECK_THROWS_AS(w.code(0, 32), weft::error);

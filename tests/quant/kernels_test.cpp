@@ -61,8 +61,14 @@ TEMPLATE_TEST_CASE("gemm_w4: every path is bit-identical to the reference on sma
                    weft::half, weft::bfloat16) {
   using Act = TestType;
   for (bool sym : {true, false})
-    for (auto [m, n, k, gs] : {std::tuple{1, 1, 32, 32}, {1, 7, 100, 32}, {1, 33, 300, 128}, {3, 9, 64, 0},
-                               {5, 12, 130, 64}, {8, 5, 256, 128}, {2, 64, 1000, 128}, {1, 4, 31, 0}}) {
+    for (auto [m, n, k, gs] : {std::tuple{1, 1, 32, 32},
+                               {1, 7, 100, 32},
+                               {1, 33, 300, 128},
+                               {3, 9, 64, 0},
+                               {5, 12, 130, 64},
+                               {8, 5, 256, 128},
+                               {2, 64, 1000, 128},
+                               {1, 4, 31, 0}}) {
       INFO("M " << m << " N " << n << " K " << k << " group " << gs << " sym " << sym);
       const auto w = quant_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(m * n * k));
       const auto x = small_int_activations<Act>(static_cast<std::size_t>(m * k), 5);
@@ -77,7 +83,8 @@ TEMPLATE_TEST_CASE("gemm_w4: every path is bit-identical to the reference on sma
     }
 }
 
-TEST_CASE("gemm_w4: random inputs within 1e-3 mean relative error of the fp32 dequantized product", "[quant][kernels]") {
+TEST_CASE("gemm_w4: random inputs within 1e-3 mean relative error of the fp32 dequantized product",
+          "[quant][kernels]") {
   const std::int64_t m = 3, n = 96, k = 1000;  // K not a multiple of the group (128)
   const auto wf = quant_test::random_floats(static_cast<std::size_t>(n * k), 21);
   const auto xf = quant_test::random_floats(static_cast<std::size_t>(m * k), 22);
@@ -95,7 +102,8 @@ TEST_CASE("gemm_w4: random inputs within 1e-3 mean relative error of the fp32 de
     for (std::int64_t r = 0; r < m; ++r)
       for (std::int64_t c = 0; c < n; ++c)
         for (std::int64_t i = 0; i < k; ++i) {
-          ref[static_cast<std::size_t>(r * n + c)] += double(deq[static_cast<std::size_t>(c * k + i)]) * xf[static_cast<std::size_t>(r * k + i)];
+          ref[static_cast<std::size_t>(r * n + c)] +=
+              double(deq[static_cast<std::size_t>(c * k + i)]) * xf[static_cast<std::size_t>(r * k + i)];
           ref_h[static_cast<std::size_t>(r * n + c)] +=
               double(deq[static_cast<std::size_t>(c * k + i)]) * float(xh[static_cast<std::size_t>(r * k + i)]);
           ref_b[static_cast<std::size_t>(r * n + c)] +=
@@ -106,7 +114,8 @@ TEST_CASE("gemm_w4: random inputs within 1e-3 mean relative error of the fp32 de
       std::vector<float> y(static_cast<std::size_t>(m * n));
       gemm_w4(w, std::span<const float>(xf), m, std::span<float>(y), {p, true});
       CHECK(mean_relative_error(y, ref) < 1e-3);
-      gemv_w4(w, std::span<const weft::half>(xh).first(static_cast<std::size_t>(k)), std::span<float>(y).first(static_cast<std::size_t>(n)), {p, true});
+      gemv_w4(w, std::span<const weft::half>(xh).first(static_cast<std::size_t>(k)),
+              std::span<float>(y).first(static_cast<std::size_t>(n)), {p, true});
       gemm_w4(w, std::span<const weft::half>(xh), m, std::span<float>(y), {p, true});
       CHECK(mean_relative_error(y, ref_h) < 1e-3);
       gemm_w4(w, std::span<const weft::bfloat16>(xb), m, std::span<float>(y), {p, true});  // the BF16 path
@@ -133,12 +142,13 @@ TEST_CASE("gemm_w4: bad input is rejected and the output left untouched", "[quan
 }
 
 TEST_CASE("gemm_w8a8: every path matches the int32 reference exactly", "[quant][kernels]") {
-  for (auto [m, n, k] : {std::tuple{1, 1, 4}, {1, 16, 64}, {3, 17, 70}, {33, 40, 130}, {8, 48, 256}, {65, 33, 200},
-                         {2, 5, 3}}) {
+  for (auto [m, n, k] :
+       {std::tuple{1, 1, 4}, {1, 16, 64}, {3, 17, 70}, {33, 40, 130}, {8, 48, 256}, {65, 33, 200}, {2, 5, 3}}) {
     INFO("M " << m << " N " << n << " K " << k);
     const auto w = quant_test::exact_matrix<float>(n, k, {8, 0, true}, static_cast<std::uint64_t>(n + k));
     std::vector<std::int8_t> a;
-    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 3, -128, 127)) a.push_back(static_cast<std::int8_t>(v));
+    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 3, -128, 127))
+      a.push_back(static_cast<std::int8_t>(v));
     const auto ref = reference_gemm_w8a8_i32(w, std::span<const std::int8_t>(a), m);
     for (isa p : runnable(w8a8_paths))
       for (bool par : {false, true}) {
@@ -162,9 +172,11 @@ TEST_CASE("gemm_w8a8: scaled output equals the dequantized product of the quanti
   for (std::int64_t r = 0; r < m; ++r)
     for (std::int64_t j = 0; j < n; ++j) {
       for (std::int64_t i = 0; i < k; ++i)
-        ref[static_cast<std::size_t>(r * n + j)] += double(w.value(j, i)) * a.values[static_cast<std::size_t>(r * k + i)] * a.scales[static_cast<std::size_t>(r)];
-      exact[static_cast<std::size_t>(r * n + j)] =
-          static_cast<float>(c[static_cast<std::size_t>(r * n + j)]) * a.scales[static_cast<std::size_t>(r)] * w.scale(j, 0);
+        ref[static_cast<std::size_t>(r * n + j)] += double(w.value(j, i)) *
+                                                    a.values[static_cast<std::size_t>(r * k + i)] *
+                                                    a.scales[static_cast<std::size_t>(r)];
+      exact[static_cast<std::size_t>(r * n + j)] = static_cast<float>(c[static_cast<std::size_t>(r * n + j)]) *
+                                                   a.scales[static_cast<std::size_t>(r)] * w.scale(j, 0);
     }
   for (isa p : runnable(w8a8_paths)) {
     INFO("path " << to_string(p));

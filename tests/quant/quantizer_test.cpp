@@ -72,7 +72,8 @@ TEST_CASE("quantize: more bits and smaller groups give smaller error; min-max be
   const auto r = quantize<float>(w, n, k, {4, 128, false}, minmax_quantizer{});
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t j = 0; j < k; ++j)
-      REQUIRE(std::fabs(w[static_cast<std::size_t>(i * k + j)] - r.weights.value(i, j)) <= r.weights.scale(i, j / 128) * 0.5f + 1e-6f);
+      REQUIRE(std::fabs(w[static_cast<std::size_t>(i * k + j)] - r.weights.value(i, j)) <=
+              r.weights.scale(i, j / 128) * 0.5f + 1e-6f);
 }
 
 TEST_CASE("quantize: user-written and run-time-chosen quantizers", "[quant][quantizer]") {
@@ -83,7 +84,8 @@ TEST_CASE("quantize: user-written and run-time-chosen quantizers", "[quant][quan
   CHECK(r.weights.code(0, 5) == 14);
   CHECK(r.error.max_abs == 0.0);
   CHECK(std::isinf(r.error.sqnr_db));
-  const any_quantizer pick = std::string("minmax") == "minmax" ? any_quantizer(minmax_quantizer{}) : any_quantizer(absmax_quantizer{});
+  const any_quantizer pick =
+      std::string("minmax") == "minmax" ? any_quantizer(minmax_quantizer{}) : any_quantizer(absmax_quantizer{});
   CHECK_FALSE(pick.symmetric());
   const auto r2 = quantize<float>(std::span<const float>(w), 1, 8, {4, 0, false}, pick);
   CHECK(r2.error.max_abs <= 6.0 / 15 / 2 + 1e-6);
@@ -91,8 +93,10 @@ TEST_CASE("quantize: user-written and run-time-chosen quantizers", "[quant][quan
 
 TEST_CASE("quantize: bad input is rejected", "[quant][quantizer]") {
   const std::vector<float> w(64, 1.0f);
-  CHECK_THROWS_WITH(quantize<float>(w, 2, 30, {4, 32, true}), Catch::Contains("weights have 64 elements but N x K = 2 x 30"));
-  CHECK_THROWS_WITH(quantize<float>(w, 2, 32, {4, 32, false}), Catch::Contains("the quantizer is symmetric but the scheme is asymmetric"));
+  CHECK_THROWS_WITH(quantize<float>(w, 2, 30, {4, 32, true}),
+                    Catch::Contains("weights have 64 elements but N x K = 2 x 30"));
+  CHECK_THROWS_WITH(quantize<float>(w, 2, 32, {4, 32, false}),
+                    Catch::Contains("the quantizer is symmetric but the scheme is asymmetric"));
   CHECK_THROWS_WITH(quantize<float>(w, 2, 32, {3, 32, true}), Catch::Contains("bits = 3"));
   auto nan = w;
   nan[7] = std::nanf("");

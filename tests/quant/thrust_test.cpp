@@ -46,7 +46,8 @@ TEST_CASE("thrust: quantize_groups rejects bad shapes", "[quant][thrust]") {
   const thrust::device_vector<float> x(64, 1.0f);
   thrust::device_vector<std::int8_t> codes;
   thrust::device_vector<float> scales;
-  CHECK_THROWS_WITH(quantize_groups(x, 2, 30, 32, 4, codes, scales), Catch::Contains("input has 64 elements but rows x cols = 2 x 30"));
+  CHECK_THROWS_WITH(quantize_groups(x, 2, 30, 32, 4, codes, scales),
+                    Catch::Contains("input has 64 elements but rows x cols = 2 x 30"));
   CHECK_THROWS_WITH(quantize_groups(x, 2, 32, 48, 4, codes, scales), Catch::Contains("group_size = 48"));
   CHECK_THROWS_WITH(quantize_groups(x, 2, 32, 32, 2, codes, scales), Catch::Contains("bits = 2"));
   quantize_groups(x, 2, 32, 32, 8, codes, scales);
@@ -63,9 +64,11 @@ TEST_CASE("thrust: moe_dispatch equals a stable-sort reference", "[quant][thrust
     const auto plan = moe_dispatch(d_ids, top_k, experts);
     std::vector<std::int32_t> order(ids.size());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ids[static_cast<std::size_t>(a)] < ids[static_cast<std::size_t>(b)]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return ids[static_cast<std::size_t>(a)] < ids[static_cast<std::size_t>(b)]; });
     CHECK(std::vector<std::int32_t>(plan.order.begin(), plan.order.end()) == order);
-    std::vector<std::int32_t> counts(static_cast<std::size_t>(experts), 0), offsets(static_cast<std::size_t>(experts) + 1, 0);
+    std::vector<std::int32_t> counts(static_cast<std::size_t>(experts), 0),
+        offsets(static_cast<std::size_t>(experts) + 1, 0);
     for (int e : ids) ++counts[static_cast<std::size_t>(e)];
     std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
     CHECK(std::vector<std::int32_t>(plan.counts.begin(), plan.counts.end()) == counts);

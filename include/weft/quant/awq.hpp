@@ -45,8 +45,8 @@ quantized_matrix<Scale> from_awq(const awq_view<Scale>& t) {
   expects(t.k > 0 && t.n > 0, errc::invalid_argument, where, "shape K x N = ", t.k, " x ", t.n, " must be positive");
   expects(t.n % 8 == 0, errc::invalid_argument, where, "N = ", t.n,
           " is not divisible by 8, the number of int4 codes AWQ packs into one int32 along N");
-  expects(t.group_size > 0 && t.group_size % int4_block == 0, errc::invalid_argument, where, "group_size = ",
-          t.group_size, " must be a positive multiple of ", int4_block);
+  expects(t.group_size > 0 && t.group_size % int4_block == 0, errc::invalid_argument, where,
+          "group_size = ", t.group_size, " must be a positive multiple of ", int4_block);
   const std::int64_t groups = ceil_div(t.k, t.group_size), words = t.n / 8;
   expects(t.qweight.size() == static_cast<std::size_t>(t.k * words), errc::invalid_argument, where, "qweight has ",
           t.qweight.size(), " words but [K][N/8] needs ", t.k * words);
@@ -55,7 +55,8 @@ quantized_matrix<Scale> from_awq(const awq_view<Scale>& t) {
   expects(t.scales.size() == static_cast<std::size_t>(groups * t.n), errc::invalid_argument, where, "scales has ",
           t.scales.size(), " elements but [G][N] needs ", groups * t.n, " (G = ", groups, ")");
   const auto nibble = [](std::int32_t word, std::int64_t col) {
-    return static_cast<std::int32_t>((static_cast<std::uint32_t>(word) >> (4 * awq_nibble(static_cast<int>(col % 8)))) & 0xF);
+    return static_cast<std::int32_t>((static_cast<std::uint32_t>(word) >> (4 * awq_nibble(static_cast<int>(col % 8)))) &
+                                     0xF);
   };
   std::vector<std::int32_t> codes(static_cast<std::size_t>(t.n * t.k));
   for (std::int64_t k = 0; k < t.k; ++k)
@@ -94,7 +95,8 @@ awq_tensors<Scale> to_awq(const quantized_matrix<Scale>& w) {
                                      (static_cast<std::uint32_t>(code) << (4 * awq_nibble(static_cast<int>(col % 8)))));
   };
   for (std::int64_t i = 0; i < k; ++i)
-    for (std::int64_t r = 0; r < n; ++r) put(t.qweight[static_cast<std::size_t>(i * words + r / 8)], r, w.code_unchecked(r, i));
+    for (std::int64_t r = 0; r < n; ++r)
+      put(t.qweight[static_cast<std::size_t>(i * words + r / 8)], r, w.code_unchecked(r, i));
   for (std::int64_t g = 0; g < groups; ++g)
     for (std::int64_t r = 0; r < n; ++r) {
       t.scales[static_cast<std::size_t>(g * n + r)] = w.scales()[static_cast<std::size_t>(r * groups + g)];

@@ -34,13 +34,20 @@ enum class isa : std::uint8_t {
 
 constexpr std::string_view to_string(isa path) noexcept {
   switch (path) {
-    case isa::automatic: return "automatic";
-    case isa::portable: return "portable";
-    case isa::avx2: return "avx2";
-    case isa::avx512: return "avx512";
-    case isa::avx512_vnni: return "avx512_vnni";
-    case isa::avx512_bf16: return "avx512_bf16";
-    case isa::amx_int8: return "amx_int8";
+    case isa::automatic:
+      return "automatic";
+    case isa::portable:
+      return "portable";
+    case isa::avx2:
+      return "avx2";
+    case isa::avx512:
+      return "avx512";
+    case isa::avx512_vnni:
+      return "avx512_vnni";
+    case isa::avx512_bf16:
+      return "avx512_bf16";
+    case isa::amx_int8:
+      return "amx_int8";
   }
   return "unknown";
 }
@@ -60,12 +67,18 @@ struct cpu_features {
   bool supports(isa path) const noexcept {
     switch (path) {
       case isa::automatic:
-      case isa::portable: return true;
-      case isa::avx2: return avx2 && fma;
-      case isa::avx512: return avx512f && avx512bw && avx512vl;
-      case isa::avx512_vnni: return avx512f && avx512bw && avx512vl && avx512_vnni;
-      case isa::avx512_bf16: return avx512f && avx512bw && avx512vl && avx512_bf16;
-      case isa::amx_int8: return amx_int8;
+      case isa::portable:
+        return true;
+      case isa::avx2:
+        return avx2 && fma;
+      case isa::avx512:
+        return avx512f && avx512bw && avx512vl;
+      case isa::avx512_vnni:
+        return avx512f && avx512bw && avx512vl && avx512_vnni;
+      case isa::avx512_bf16:
+        return avx512f && avx512bw && avx512vl && avx512_bf16;
+      case isa::amx_int8:
+        return amx_int8;
     }
     return false;
   }
@@ -85,8 +98,8 @@ struct cpu_features {
       __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
       xcr0 = (static_cast<std::uint64_t>(hi) << 32) | lo;
     }
-    const bool os_avx = (xcr0 & 0x6u) == 0x6u;        // XMM and YMM state
-    const bool os_avx512 = (xcr0 & 0xe6u) == 0xe6u;   // plus opmask, ZMM_Hi256, Hi16_ZMM
+    const bool os_avx = (xcr0 & 0x6u) == 0x6u;          // XMM and YMM state
+    const bool os_avx512 = (xcr0 & 0xe6u) == 0xe6u;     // plus opmask, ZMM_Hi256, Hi16_ZMM
     const bool os_amx = (xcr0 & 0x60000u) == 0x60000u;  // XTILECFG and XTILEDATA
     f.fma = f.fma && os_avx;
     f.f16c = f.f16c && os_avx;

@@ -34,7 +34,8 @@ concept gemm_tile_shape = requires {
   { T::block_n } -> std::convertible_to<int>;
   { T::warps_m } -> std::convertible_to<int>;
   { T::warps_n } -> std::convertible_to<int>;
-} && T::block_m % (16 * T::warps_m) == 0 && T::block_n % (8 * T::warps_n) == 0 && T::warps_m * T::warps_n <= 32;
+}
+&&T::block_m % (16 * T::warps_m) == 0 && T::block_n % (8 * T::warps_n) == 0 && T::warps_m* T::warps_n <= 32;
 
 /// Default tiles. 64 x 64 with 2 x 2 warps suits M >= 64; decoding batches use 16 x 128, 1 x 4.
 using default_w4_tile = gemm_tile<64, 64, 2, 2>;
@@ -155,7 +156,8 @@ WEFT_HOST_DEVICE void w4_lane_step(const w4_smem<Tile>& s, int row0, int col0, i
     const frag_pos c = mma_c(lane, i);
     float sum = acc[i];
     for (int kk = 0; kk < 16; ++kk)
-      sum += detail::from_bits16<Act>(s.a[row0 + c.row][ks + kk]) * detail::from_bits16<Act>(s.b[col0 + c.col][ks + kk]);
+      sum +=
+          detail::from_bits16<Act>(s.a[row0 + c.row][ks + kk]) * detail::from_bits16<Act>(s.b[col0 + c.col][ks + kk]);
     acc[i] = sum;
   }
 }
@@ -238,7 +240,8 @@ WEFT_HOST_DEVICE inline void mma32_emulate(const std::uint32_t (&a)[32][4], cons
 
 /// Direct form of one lane's m16n8k32 step from shared memory: the fallback for sm < 80.
 template <class Tile>
-WEFT_HOST_DEVICE void w8_lane_step(const w8_smem<Tile>& s, int row0, int col0, int lane, std::int32_t (&acc)[4]) noexcept {
+WEFT_HOST_DEVICE void w8_lane_step(const w8_smem<Tile>& s, int row0, int col0, int lane,
+                                   std::int32_t (&acc)[4]) noexcept {
   for (int i = 0; i < 4; ++i) {
     const frag_pos c = mma_c(lane, i);
     for (int kk = 0; kk < 32; ++kk) acc[i] += s.a[row0 + c.row][kk] * s.b[col0 + c.col][kk];

@@ -20,8 +20,8 @@ namespace weft::quant {
 /// How a matrix is quantized. group_size 0 means per-channel (one group spans all of K); otherwise
 /// it must be a positive multiple of 32 (one int4 block), 128 by default.
 struct quant_scheme {
-  int bits = 4;          ///< 4 or 8
-  int group_size = 128;  ///< multiple of 32, or 0 for per-channel
+  int bits = 4;           ///< 4 or 8
+  int group_size = 128;   ///< multiple of 32, or 0 for per-channel
   bool symmetric = true;  ///< zero point fixed at 8 (int4) or 0 (int8)
 };
 
@@ -56,13 +56,12 @@ class quantized_matrix {
     check_scheme(n, k, scheme, where);
     const std::int64_t groups = ceil_div(k, scheme.group_size == 0 ? round_up(k, int4_block) : scheme.group_size);
     const auto cells = static_cast<std::size_t>(n * groups);
-    expects(codes.size() == static_cast<std::size_t>(n * k), errc::invalid_argument, where, "codes has ",
-            codes.size(), " elements but N x K = ", n * k);
+    expects(codes.size() == static_cast<std::size_t>(n * k), errc::invalid_argument, where, "codes has ", codes.size(),
+            " elements but N x K = ", n * k);
     expects(scales.size() == cells, errc::invalid_argument, where, "scales has ", scales.size(),
             " elements but N x groups = ", n, " x ", groups, " = ", cells);
-    expects(zeros.empty() ? scheme.symmetric : zeros.size() == cells, errc::invalid_argument, where,
-            "zeros has ", zeros.size(), " elements but N x groups = ", cells,
-            " (zeros may be empty only for a symmetric scheme)");
+    expects(zeros.empty() ? scheme.symmetric : zeros.size() == cells, errc::invalid_argument, where, "zeros has ",
+            zeros.size(), " elements but N x groups = ", cells, " (zeros may be empty only for a symmetric scheme)");
     const int lo = code_min(scheme.bits), hi = code_max(scheme.bits);
     for (std::size_t i = 0; i < codes.size(); ++i)
       expects(codes[i] >= lo && codes[i] <= hi, errc::out_of_range, where, "code ", codes[i], " at index ", i,
@@ -152,14 +151,16 @@ class quantized_matrix {
   static void check_scheme(std::int64_t n, std::int64_t k, const quant_scheme& s, const char* where) {
     expects(n > 0 && k > 0, errc::invalid_argument, where, "matrix shape ", n, " x ", k, " must be positive");
     expects(s.bits == 4 || s.bits == 8, errc::invalid_argument, where, "bits = ", s.bits, " but only 4 and 8 exist");
-    expects(s.group_size == 0 || (s.group_size > 0 && s.group_size % int4_block == 0), errc::invalid_argument,
-            where, "group_size = ", s.group_size, " must be 0 (per-channel) or a positive multiple of ", int4_block);
+    expects(s.group_size == 0 || (s.group_size > 0 && s.group_size % int4_block == 0), errc::invalid_argument, where,
+            "group_size = ", s.group_size, " must be 0 (per-channel) or a positive multiple of ", int4_block);
   }
 
  private:
   static std::uint32_t bits_of(Scale x) {
-    if constexpr (std::is_same_v<Scale, float>) return std::bit_cast<std::uint32_t>(x);
-    else return x.bits;
+    if constexpr (std::is_same_v<Scale, float>)
+      return std::bit_cast<std::uint32_t>(x);
+    else
+      return x.bits;
   }
 
   void init_shape(std::int64_t n, std::int64_t k, quant_scheme s) {
@@ -179,8 +180,7 @@ class quantized_matrix {
         std::uint8_t* row = packed_.data() + n * row_bytes;
         for (std::int64_t k = 0; k < k_padded_; ++k) {
           // Padding takes the group's zero point (clamped to a code); kernels pair it with zero activations.
-          const int c = k < k_ ? codes[static_cast<std::size_t>(n * k_ + k)]
-                               : std::clamp(zero(n, groups_ - 1), 0, 15);
+          const int c = k < k_ ? codes[static_cast<std::size_t>(n * k_ + k)] : std::clamp(zero(n, groups_ - 1), 0, 15);
           int4_set(row, k, static_cast<std::uint8_t>(c));
         }
       }

@@ -36,8 +36,10 @@ namespace detail {
 
 template <class Act>
 std::uint16_t bit_cast16(Act v) noexcept {
-  if constexpr (std::is_same_v<Act, bfloat16>) return v.bits;
-  else return 0;  // only bf16 activations take the bf16 path
+  if constexpr (std::is_same_v<Act, bfloat16>)
+    return v.bits;
+  else
+    return 0;  // only bf16 activations take the bf16 path
 }
 
 template <int NR, int MB, class Scale>
@@ -73,10 +75,17 @@ void w4_row_block(isa path, const quantized_matrix<Scale>& w, const float* xf, c
   std::int64_t m = 0;
   for (; m + mb <= m_total; m += mb) w4_rows<NR, mb>(path, w, xf, xsum, xb, m, n0, y, w.rows());
   switch (m_total - m) {
-    case 3: w4_rows<NR, 3>(path, w, xf, xsum, xb, m, n0, y, w.rows()); break;
-    case 2: w4_rows<NR, 2>(path, w, xf, xsum, xb, m, n0, y, w.rows()); break;
-    case 1: w4_rows<NR, 1>(path, w, xf, xsum, xb, m, n0, y, w.rows()); break;
-    default: break;
+    case 3:
+      w4_rows<NR, 3>(path, w, xf, xsum, xb, m, n0, y, w.rows());
+      break;
+    case 2:
+      w4_rows<NR, 2>(path, w, xf, xsum, xb, m, n0, y, w.rows());
+      break;
+    case 1:
+      w4_rows<NR, 1>(path, w, xf, xsum, xb, m, n0, y, w.rows());
+      break;
+    default:
+      break;
   }
 }
 
@@ -117,7 +126,8 @@ void gemm_w4(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int6
       for (std::int64_t i = 0; i < k; ++i) {
         const std::int64_t chunk = i / 64 * 64, j = i % 64;
         const bool whole = chunk + 64 <= kp;
-        const std::int64_t pos = whole ? chunk + (j % 32 < 16 ? (j / 32) * 16 + j % 16 : 32 + (j / 32) * 16 + j % 16) : i;
+        const std::int64_t pos =
+            whole ? chunk + (j % 32 < 16 ? (j / 32) * 16 + j % 16 : 32 + (j / 32) * 16 + j % 16) : i;
         xb[static_cast<std::size_t>(r * kp + pos)] = detail::bit_cast16(x[static_cast<std::size_t>(r * k + i)]);
       }
   }
@@ -130,7 +140,8 @@ void gemm_w4(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int6
       if (n0 + nr <= full) {
         detail::w4_row_block<4>(path, w, xf.data(), xsum.data(), xbp, m, n0, y.data());
       } else {
-        for (std::int64_t r = n0; r < n; ++r) detail::w4_row_block<1>(path, w, xf.data(), xsum.data(), xbp, m, r, y.data());
+        for (std::int64_t r = n0; r < n; ++r)
+          detail::w4_row_block<1>(path, w, xf.data(), xsum.data(), xbp, m, r, y.data());
       }
     }
   };
@@ -147,7 +158,8 @@ void gemm_w4(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int6
 
 /// y = W x for one activation vector (batch 1); see gemm_w4. O(N K). Thread-safe for distinct y.
 template <scale_value Scale, activation_value Act>
-void gemv_w4(const quantized_matrix<Scale>& w, std::span<const Act> x, std::span<float> y, kernel_options options = {}) {
+void gemv_w4(const quantized_matrix<Scale>& w, std::span<const Act> x, std::span<float> y,
+             kernel_options options = {}) {
   gemm_w4(w, x, 1, y, options);
 }
 

@@ -125,12 +125,16 @@ void w8a8_drive(isa path, const quantized_matrix<Scale>& w, const std::int8_t* a
         const std::int8_t* pw = weights + p0 * panel_stride;
         const std::int64_t n0 = p0 * 16, cols = std::min<std::int64_t>(np * 16, n - n0);
         for (std::int64_t m0 = 0; m0 < mp; m0 += 8) {
-          if (np == 3) w8_tile_vnni<8, 3>(au + m0 * kp, kp, pw, panel_stride, k_steps, c, 16 * nv);
-          else if (np == 2) w8_tile_vnni<8, 2>(au + m0 * kp, kp, pw, panel_stride, k_steps, c, 16 * nv);
-          else w8_tile_vnni<8, 1>(au + m0 * kp, kp, pw, panel_stride, k_steps, c, 16 * nv);
+          if (np == 3)
+            w8_tile_vnni<8, 3>(au + m0 * kp, kp, pw, panel_stride, k_steps, c, 16 * nv);
+          else if (np == 2)
+            w8_tile_vnni<8, 2>(au + m0 * kp, kp, pw, panel_stride, k_steps, c, 16 * nv);
+          else
+            w8_tile_vnni<8, 1>(au + m0 * kp, kp, pw, panel_stride, k_steps, c, 16 * nv);
           const std::int64_t rows = std::min<std::int64_t>(8, m - m0);
           for (std::int64_t i = 0; i < rows; ++i)
-            for (std::int64_t j = 0; j < cols; ++j) c[i * 16 * nv + j] -= 128 * w.row_sums()[static_cast<std::size_t>(n0 + j)];
+            for (std::int64_t j = 0; j < cols; ++j)
+              c[i * 16 * nv + j] -= 128 * w.row_sums()[static_cast<std::size_t>(n0 + j)];
           epilogue(m0, n0, rows, cols, c, 16 * nv);
         }
       });
@@ -143,7 +147,8 @@ void w8a8_drive(isa path, const quantized_matrix<Scale>& w, const std::int8_t* a
         const std::int64_t n0 = p * 16, cols = std::min<std::int64_t>(16, n - n0);
         for (std::int64_t r = 0; r < m; ++r) {
 #if WEFT_QUANT_X86
-          if (path == isa::avx2) w8_panel_avx2(ap + r * kp, weights + p * panel_stride, k_steps, c);
+          if (path == isa::avx2)
+            w8_panel_avx2(ap + r * kp, weights + p * panel_stride, k_steps, c);
           else
 #endif
             w8_panel_portable(ap + r * kp, weights + p * panel_stride, k_steps, c);

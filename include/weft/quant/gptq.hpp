@@ -103,7 +103,8 @@ gptq_import<Scale> from_gptq(const gptq_view<Scale>& t) {
     for (std::int64_t n = 0; n < t.n; ++n) {
       scales[static_cast<std::size_t>(n * groups + g)] = t.scales[static_cast<std::size_t>(g * t.n + n)];
       const auto word = static_cast<std::uint32_t>(t.qzeros[static_cast<std::size_t>(g * (t.n / 8) + n / 8)]);
-      zeros[static_cast<std::size_t>(n * groups + g)] = static_cast<std::int16_t>(((word >> (4 * (n % 8))) & 0xF) + bias);
+      zeros[static_cast<std::size_t>(n * groups + g)] =
+          static_cast<std::int16_t>(((word >> (4 * (n % 8))) & 0xF) + bias);
     }
   quant_scheme scheme{4, t.group_size == -1 ? 0 : t.group_size, false};
   gptq_import<Scale> out{quantized_matrix<Scale>::from_codes(t.n, t.k, scheme, codes, scales, zeros), {}};
@@ -160,15 +161,18 @@ gptq_tensors<Scale> to_gptq(const quantized_matrix<Scale>& w, std::span<const st
     }
   if (!input_perm.empty())
     for (std::int64_t i = 0; i < k; ++i)
-      t.g_idx[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = static_cast<std::int32_t>(i / w.group_size());
+      t.g_idx[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] =
+          static_cast<std::int32_t>(i / w.group_size());
   for (std::int64_t g = 0; g < groups; ++g)
     for (std::int64_t r = 0; r < n; ++r) {
       t.scales[static_cast<std::size_t>(g * n + r)] = w.scales()[static_cast<std::size_t>(r * groups + g)];
       const int stored = w.zero(r, g) - bias;
       expects(stored >= 0 && stored <= 15, errc::out_of_range, where, "zero point ", w.zero(r, g), " of row ", r,
-              " group ", g, " cannot be stored by GPTQ ", version == gptq_version::v1 ? "v1 (zero - 1 in 0..15)" : "v2");
+              " group ", g, " cannot be stored by GPTQ ",
+              version == gptq_version::v1 ? "v1 (zero - 1 in 0..15)" : "v2");
       auto& word = t.qzeros[static_cast<std::size_t>(g * (n / 8) + r / 8)];
-      word = static_cast<std::int32_t>(static_cast<std::uint32_t>(word) | (static_cast<std::uint32_t>(stored) << (4 * (r % 8))));
+      word = static_cast<std::int32_t>(static_cast<std::uint32_t>(word) |
+                                       (static_cast<std::uint32_t>(stored) << (4 * (r % 8))));
     }
   return t;
 }

@@ -53,8 +53,8 @@ template <class DerivedPolicy>
 moe_dispatch_plan moe_dispatch(const thrust::detail::execution_policy_base<DerivedPolicy>& exec,
                                const thrust::device_vector<std::int32_t>& expert_ids, int top_k, int num_experts) {
   constexpr const char* where = "weft::quant::moe_dispatch";
-  expects(top_k > 0 && num_experts > 0, errc::invalid_argument, where, "top_k = ", top_k, " and num_experts = ",
-          num_experts, " must be positive");
+  expects(top_k > 0 && num_experts > 0, errc::invalid_argument, where, "top_k = ", top_k,
+          " and num_experts = ", num_experts, " must be positive");
   expects(expert_ids.size() % static_cast<std::size_t>(top_k) == 0, errc::invalid_argument, where, "expert_ids has ",
           expert_ids.size(), " entries, not a multiple of top_k = ", top_k);
   expects(expert_ids.size() < 0x7fffffffu, errc::invalid_argument, where, "expert_ids has ", expert_ids.size(),
@@ -84,7 +84,8 @@ moe_dispatch_plan moe_dispatch(const thrust::detail::execution_policy_base<Deriv
 }
 
 /// moe_dispatch on thrust::device (the configured device system).
-inline moe_dispatch_plan moe_dispatch(const thrust::device_vector<std::int32_t>& expert_ids, int top_k, int num_experts) {
+inline moe_dispatch_plan moe_dispatch(const thrust::device_vector<std::int32_t>& expert_ids, int top_k,
+                                      int num_experts) {
   return moe_dispatch(thrust::device, expert_ids, top_k, num_experts);
 }
 

@@ -61,9 +61,7 @@ struct decode {
   const float* scales;
   group_of group;
   int zero;
-  WEFT_HOST_DEVICE float operator()(std::int64_t i) const noexcept {
-    return dequant(codes[i], zero, scales[group(i)]);
-  }
+  WEFT_HOST_DEVICE float operator()(std::int64_t i) const noexcept { return dequant(codes[i], zero, scales[group(i)]); }
 };
 
 inline group_of check_groups(std::size_t size, std::int64_t rows, std::int64_t cols, int group_size, int bits,
@@ -85,9 +83,9 @@ inline group_of check_groups(std::size_t size, std::int64_t rows, std::int64_t c
 /// weft::quant::quantize<float>(..., {bits, group_size, true}). Resizes codes and scales.
 /// Throws weft::error on bad shapes. O(rows cols) work, two passes. Runs on `exec`.
 template <class DerivedPolicy>
-void quantize_groups(const thrust::detail::execution_policy_base<DerivedPolicy>& exec, const thrust::device_vector<float>& x,
-                     std::int64_t rows, std::int64_t cols, int group_size, int bits,
-                     thrust::device_vector<std::int8_t>& codes, thrust::device_vector<float>& scales) {
+void quantize_groups(const thrust::detail::execution_policy_base<DerivedPolicy>& exec,
+                     const thrust::device_vector<float>& x, std::int64_t rows, std::int64_t cols, int group_size,
+                     int bits, thrust::device_vector<std::int8_t>& codes, thrust::device_vector<float>& scales) {
   const auto group = detail::check_groups(x.size(), rows, cols, group_size, bits, "weft::quant::quantize_groups");
   codes.resize(x.size());
   scales.resize(static_cast<std::size_t>(rows * group.groups));
@@ -108,7 +106,8 @@ void quantize_groups(const thrust::detail::execution_policy_base<DerivedPolicy>&
 template <class DerivedPolicy>
 void dequantize_groups(const thrust::detail::execution_policy_base<DerivedPolicy>& exec,
                        const thrust::device_vector<std::int8_t>& codes, const thrust::device_vector<float>& scales,
-                       std::int64_t rows, std::int64_t cols, int group_size, int bits, thrust::device_vector<float>& out) {
+                       std::int64_t rows, std::int64_t cols, int group_size, int bits,
+                       thrust::device_vector<float>& out) {
   const auto group = detail::check_groups(codes.size(), rows, cols, group_size, bits, "weft::quant::dequantize_groups");
   expects(scales.size() == static_cast<std::size_t>(rows * group.groups), errc::invalid_argument,
           "weft::quant::dequantize_groups", "scales has ", scales.size(), " elements but rows x groups = ", rows, " x ",
@@ -116,8 +115,8 @@ void dequantize_groups(const thrust::detail::execution_policy_base<DerivedPolicy
   out.resize(codes.size());
   const thrust::counting_iterator<std::int64_t> first(0);
   thrust::transform(exec, first, first + static_cast<std::int64_t>(codes.size()), out.begin(),
-                    detail::decode{thrust::raw_pointer_cast(codes.data()), thrust::raw_pointer_cast(scales.data()), group,
-                                   symmetric_zero(bits)});
+                    detail::decode{thrust::raw_pointer_cast(codes.data()), thrust::raw_pointer_cast(scales.data()),
+                                   group, symmetric_zero(bits)});
 }
 
 /// quantize_groups on thrust::device (the configured device system).
@@ -127,9 +126,9 @@ inline void quantize_groups(const thrust::device_vector<float>& x, std::int64_t 
 }
 
 /// dequantize_groups on thrust::device.
-inline void dequantize_groups(const thrust::device_vector<std::int8_t>& codes, const thrust::device_vector<float>& scales,
-                              std::int64_t rows, std::int64_t cols, int group_size, int bits,
-                              thrust::device_vector<float>& out) {
+inline void dequantize_groups(const thrust::device_vector<std::int8_t>& codes,
+                              const thrust::device_vector<float>& scales, std::int64_t rows, std::int64_t cols,
+                              int group_size, int bits, thrust::device_vector<float>& out) {
   dequantize_groups(thrust::device, codes, scales, rows, cols, group_size, bits, out);
 }
 

@@ -52,8 +52,8 @@ struct minmax_quantizer {
 class any_quantizer {
  public:
   template <quantizer Q>
-    requires(!std::same_as<std::remove_cvref_t<Q>, any_quantizer>)
-  any_quantizer(Q q)  // NOLINT: implicit by design, like std::function
+  requires(!std::same_as<std::remove_cvref_t<Q>, any_quantizer>)
+      any_quantizer(Q q)  // NOLINT: implicit by design, like std::function
       : choose_([q](std::span<const float> g, int bits) { return q.choose(g, bits); }), symmetric_(q.symmetric()) {}
 
   group_params choose(std::span<const float> group, int bits) const { return choose_(group, bits); }
@@ -66,19 +66,19 @@ class any_quantizer {
 
 /// How far the dequantized matrix is from the original.
 struct quant_error {
-  double max_abs = 0;       ///< max |w - dequant(q(w))|
-  double mean_abs = 0;      ///< mean |w - dequant(q(w))|
-  double rmse = 0;          ///< root mean square error
-  double relative = 0;      ///< ||w - dequant(q(w))||_F / ||w||_F
-  double sqnr_db = 0;       ///< 10 log10(||w||^2 / ||w - dequant||^2); infinity when exact
+  double max_abs = 0;   ///< max |w - dequant(q(w))|
+  double mean_abs = 0;  ///< mean |w - dequant(q(w))|
+  double rmse = 0;      ///< root mean square error
+  double relative = 0;  ///< ||w - dequant(q(w))||_F / ||w||_F
+  double sqnr_db = 0;   ///< 10 log10(||w||^2 / ||w - dequant||^2); infinity when exact
 };
 
 /// Error of `q` against the original row-major N x K matrix `w`. O(N K).
 template <scale_value Scale>
 quant_error measure_error(std::span<const float> w, const quantized_matrix<Scale>& q) {
   expects(w.size() == static_cast<std::size_t>(q.rows() * q.cols()), errc::invalid_argument,
-          "weft::quant::measure_error", "original has ", w.size(), " elements but the quantized matrix is ",
-          q.rows(), " x ", q.cols());
+          "weft::quant::measure_error", "original has ", w.size(), " elements but the quantized matrix is ", q.rows(),
+          " x ", q.cols());
   quant_error e;
   double sum_abs = 0, sum_sq = 0, ref_sq = 0;
   for (std::int64_t n = 0; n < q.rows(); ++n)
@@ -116,8 +116,8 @@ quantize_result<Scale> quantize(std::span<const float> w, std::int64_t n, std::i
   quantized_matrix<Scale>::check_scheme(n, k, scheme, where);
   expects(w.size() == static_cast<std::size_t>(n * k), errc::invalid_argument, where, "weights have ", w.size(),
           " elements but N x K = ", n, " x ", k, " = ", n * k);
-  expects(static_cast<bool>(q.symmetric()) == scheme.symmetric, errc::invalid_argument, where,
-          "the quantizer is ", q.symmetric() ? "symmetric" : "asymmetric", " but the scheme is ",
+  expects(static_cast<bool>(q.symmetric()) == scheme.symmetric, errc::invalid_argument, where, "the quantizer is ",
+          q.symmetric() ? "symmetric" : "asymmetric", " but the scheme is ",
           scheme.symmetric ? "symmetric" : "asymmetric");
   for (std::size_t i = 0; i < w.size(); ++i)
     expects(std::isfinite(w[i]), errc::invalid_argument, where, "weight ", i, " is ", w[i], " (not finite)");

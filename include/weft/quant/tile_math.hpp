@@ -22,7 +22,9 @@ inline constexpr int int8_panel_rows = 16;
 inline constexpr int int8_k_align = 64;
 
 /// x rounded up to a multiple of m (m > 0). O(1).
-WEFT_HOST_DEVICE constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) noexcept { return (x + m - 1) / m * m; }
+WEFT_HOST_DEVICE constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) noexcept {
+  return (x + m - 1) / m * m;
+}
 /// Ceiling of a / b (b > 0). O(1).
 WEFT_HOST_DEVICE constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
 

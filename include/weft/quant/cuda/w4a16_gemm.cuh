@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(Tile::threads) w4a16_gemm_kernel(w4a16_params<
     __syncthreads();
   }
   for (int i = 0; i < Tile::mma_m; ++i)
-    for (int j = 0; j < Tile::mma_n; ++j) store_c_fragment(p.y, p.m, p.n, m0 + wm0 + 16 * i, n0 + wn0 + 8 * j, lane, acc[i][j]);
+    for (int j = 0; j < Tile::mma_n; ++j)
+      store_c_fragment(p.y, p.m, p.n, m0 + wm0 + 16 * i, n0 + wn0 + 8 * j, lane, acc[i][j]);
 }
 
 /// GEMV: one warp per output row; each lane takes every 32nd int4 block (w4_lane_dot), then a
@@ -125,7 +126,8 @@ cudaError_t launch_w4a16_gemm(const w4a16_params<Act, Scale>& p, cudaStream_t st
   constexpr const char* where = "weft::quant::cuda::launch_w4a16_gemm";
   detail::check_w4a16(p, where);
   weft::quant::cuda::detail::check_grid<Tile>(p.m, p.n, where);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Tile::block_n)), static_cast<unsigned>(ceil_div(p.m, Tile::block_m)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Tile::block_n)),
+                  static_cast<unsigned>(ceil_div(p.m, Tile::block_m)));
   detail::w4a16_gemm_kernel<Tile, Act, Scale><<<grid, Tile::threads, 0, stream>>>(p);
   return cudaGetLastError();
 }

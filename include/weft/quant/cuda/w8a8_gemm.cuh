@@ -18,10 +18,9 @@ namespace detail {
 
 __device__ inline void mma32(const std::uint32_t (&a)[4], const std::uint32_t (&b)[2], std::int32_t (&c)[4]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
   (void)a;
   (void)b;
@@ -55,7 +54,8 @@ __global__ void __launch_bounds__(Tile::threads) w8a8_gemm_kernel(w8a8_params p)
     __syncthreads();
   }
   for (int i = 0; i < Tile::mma_m; ++i)
-    for (int j = 0; j < Tile::mma_n; ++j) store_c_fragment(p.c, p.m, p.n, m0 + wm0 + 16 * i, n0 + wn0 + 8 * j, lane, acc[i][j]);
+    for (int j = 0; j < Tile::mma_n; ++j)
+      store_c_fragment(p.c, p.m, p.n, m0 + wm0 + 16 * i, n0 + wn0 + 8 * j, lane, acc[i][j]);
 }
 
 }  // namespace detail
@@ -83,7 +83,8 @@ cudaError_t launch_w8a8_gemm(const w8a8_params& p, cudaStream_t stream = nullptr
   detail::check_device_pointer(p.w, "w", where);
   detail::check_device_pointer(p.c, "c", where);
   detail::check_grid<Tile>(p.m, p.n, where);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Tile::block_n)), static_cast<unsigned>(ceil_div(p.m, Tile::block_m)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Tile::block_n)),
+                  static_cast<unsigned>(ceil_div(p.m, Tile::block_m)));
   detail::w8a8_gemm_kernel<Tile><<<grid, Tile::threads, 0, stream>>>(p);
   return cudaGetLastError();
 }

@@ -26,8 +26,10 @@ inline float scale_to_float(Scale s) noexcept {
 #if WEFT_QUANT_X86
 template <class Scale>
 __attribute__((target("f16c"))) inline float scale_to_float_f16c(Scale s) noexcept {
-  if constexpr (std::is_same_v<Scale, half>) return _cvtsh_ss(s.bits);
-  else return static_cast<float>(s);
+  if constexpr (std::is_same_v<Scale, half>)
+    return _cvtsh_ss(s.bits);
+  else
+    return static_cast<float>(s);
 }
 #endif
 
@@ -86,7 +88,7 @@ void w4_tile_portable(const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]
 
 template <int NR, int MB, class Scale>
 __attribute__((target("avx2,fma,f16c"))) void w4_tile_avx2(const w4_tile_args<NR, MB, Scale>& a,
-                                                      float (&out)[NR][MB]) noexcept {
+                                                           float (&out)[NR][MB]) noexcept {
   __m256 total[NR][MB];
   float correction[NR][MB] = {};
 #pragma GCC unroll 16
@@ -144,7 +146,7 @@ __attribute__((target("avx2,fma,f16c"))) void w4_tile_avx2(const w4_tile_args<NR
 
 template <int NR, int MB, class Scale>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void w4_tile_avx512(const w4_tile_args<NR, MB, Scale>& a,
-                                                                             float (&out)[NR][MB]) noexcept {
+                                                                                  float (&out)[NR][MB]) noexcept {
   __m512 total[NR][MB];
   float correction[NR][MB] = {};
 #pragma GCC unroll 16
@@ -249,7 +251,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c"))) void w4
           const std::uint16_t* x = a.xb[m] + b * int4_block;
           __m256 part = _mm256_dpbf16_ps(_mm256_setzero_ps(), (__m256bh)lo,
                                          (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
-          part = _mm256_dpbf16_ps(part, (__m256bh)hi, (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
+          part = _mm256_dpbf16_ps(part, (__m256bh)hi,
+                                  (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
           acc[r][m] = _mm512_add_ps(acc[r][m], _mm512_zextps256_ps512(part));
         }
       }

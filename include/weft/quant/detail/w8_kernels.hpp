@@ -37,13 +37,18 @@ __attribute__((target("avx2"))) inline void w8_panel_avx2(const std::int8_t* a, 
     const std::int8_t* w = panel + s * 64;
     std::int64_t packed = 0;
     for (int i = 0; i < 4; ++i)
-      packed |= static_cast<std::int64_t>(static_cast<std::uint16_t>(static_cast<std::int16_t>(a[s * 4 + i]))) << (16 * i);
+      packed |= static_cast<std::int64_t>(static_cast<std::uint16_t>(static_cast<std::int16_t>(a[s * 4 + i])))
+                << (16 * i);
     const __m256i x = _mm256_set1_epi64x(packed);  // (a0 a1 a2 a3) as int16, repeated
     // Each 16-byte slice is 4 rows x 4 k; widened: 16 int16; madd: 8 int32 = 4 rows x 2 partial sums.
-    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))), x));
-    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16))), x));
-    s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 32))), x));
-    s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 48))), x));
+    s0 = _mm256_add_epi32(
+        s0, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))), x));
+    s1 = _mm256_add_epi32(
+        s1, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16))), x));
+    s2 = _mm256_add_epi32(
+        s2, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 32))), x));
+    s3 = _mm256_add_epi32(
+        s3, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 48))), x));
   }
   // hadd pairs within 128-bit lanes gives rows [0 1 4 5 | 2 3 6 7]; the permute restores 0..7.
   const __m256i r0 = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s0, s1), 0xD8);
@@ -57,8 +62,8 @@ __attribute__((target("avx2"))) inline void w8_panel_avx2(const std::int8_t* a, 
 /// c is MR x (NV * 16), row stride ldc.
 template <int MR, int NV>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void w8_tile_vnni(
-    const std::uint8_t* a, std::int64_t lda, const std::int8_t* panels, std::int64_t panel_stride,
-    std::int64_t k_steps, std::int32_t* c, std::int64_t ldc) noexcept {
+    const std::uint8_t* a, std::int64_t lda, const std::int8_t* panels, std::int64_t panel_stride, std::int64_t k_steps,
+    std::int32_t* c, std::int64_t ldc) noexcept {
   __m512i acc[MR][NV];
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i)
@@ -101,8 +106,9 @@ __attribute__((target("amx-tile"))) inline void amx_end() noexcept { _tile_relea
 /// C (32 x 32, row stride 32) = A (32 rows, stride lda, K padded to 64) x two weight panels.
 /// Between amx_begin() and amx_end() on the same thread.
 __attribute__((target("amx-tile,amx-int8"))) inline void w8_tile_amx(const std::int8_t* a, std::int64_t lda,
-                                                                   const std::int8_t* panel0, const std::int8_t* panel1,
-                                                                   std::int64_t k_padded, std::int32_t* c) noexcept {
+                                                                     const std::int8_t* panel0,
+                                                                     const std::int8_t* panel1, std::int64_t k_padded,
+                                                                     std::int32_t* c) noexcept {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
