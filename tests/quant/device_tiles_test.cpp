@@ -138,6 +138,26 @@ TEST_CASE("device tiles: mma fragment layouts cover each tile exactly once", "[q
   static_assert(!gemm_tile_shape<gemm_tile<24, 64, 2, 2>>);  // 12-row warp tiles are not whole mma tiles
 }
 
+namespace {
+// The weakest type satisfying gemm_tile_shape: the four constants, nothing else.
+struct archetype_tile {
+  static constexpr int block_m = 16, block_n = 8, warps_m = 1, warps_n = 1;
+};
+static_assert(gemm_tile_shape<archetype_tile>);
+}  // namespace
+
+TEST_CASE("device tiles: the archetype tile drives the emulated grid", "[quant][device]") {
+  const auto w = quant_test::exact_matrix<weft::half>(9, 70, {4, 64, false}, 5);
+  std::vector<weft::half> x;
+  for (int v : quant_test::random_ints(3 * 70, 6, -8, 8)) x.push_back(weft::half(static_cast<float>(v)));
+  const auto ref = reference_gemm(w, std::span<const weft::half>(x), 3);
+  std::vector<float> unused(1);
+  const w4a16_params<weft::half, weft::half> p{x.data(), w.packed().data(), w.scales().data(), w.zeros().data(),
+                                               unused.data(), 3, 9, 70, w.k_padded(), w.group_size(), w.groups()};
+  const auto [y, y_fb] = emulate_w4_gemm<as_gemm_tile<archetype_tile>>(p);
+  CHECK(std::memcmp(y.data(), ref.data(), ref.size() * 4) == 0);
+}
+
 TEMPLATE_TEST_CASE("device tiles: emulated W4A16 GEMM grid matches the reference bit for bit", "[quant][device]",
                    weft::half, weft::bfloat16) {
   using Act = TestType;

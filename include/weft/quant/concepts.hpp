@@ -34,4 +34,16 @@ concept quantizer = requires(const Q& q, std::span<const float> group, int bits)
   { q.symmetric() } -> std::convertible_to<bool>;
 };
 
+/// A CUDA GEMM tile shape (quant/cuda/*.cuh): a block computes block_m x block_n outputs with
+/// warps_m x warps_n warps, so each warp's tile must be whole 16 x 8 mma tiles and a block at most
+/// 32 warps. gemm_tile<...> in device_tiles.hpp is the ready-made one.
+template <class T>
+concept gemm_tile_shape = requires {
+  { T::block_m } -> std::convertible_to<int>;
+  { T::block_n } -> std::convertible_to<int>;
+  { T::warps_m } -> std::convertible_to<int>;
+  { T::warps_n } -> std::convertible_to<int>;
+} && T::warps_m > 0 && T::warps_n > 0 && T::block_m % (16 * T::warps_m) == 0 && T::block_n % (8 * T::warps_n) == 0 &&
+                          T::block_m > 0 && T::block_n > 0 && T::warps_m * T::warps_n <= 32;
+
 }  // namespace weft::quant

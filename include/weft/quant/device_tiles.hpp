@@ -7,6 +7,7 @@
 
 #include <weft/core/config.hpp>
 #include <weft/core/half.hpp>
+#include <weft/quant/concepts.hpp>
 #include <weft/quant/tile_math.hpp>
 
 #include <concepts>
@@ -27,15 +28,9 @@ struct gemm_tile {
   static constexpr int mma_m = warp_m / 16, mma_n = warp_n / 8;  // mma tiles per warp
 };
 
-/// What a tile type must satisfy: warp tiles made of whole 16 x 8 mma tiles, at most 1024 threads.
-template <class T>
-concept gemm_tile_shape = requires {
-  { T::block_m } -> std::convertible_to<int>;
-  { T::block_n } -> std::convertible_to<int>;
-  { T::warps_m } -> std::convertible_to<int>;
-  { T::warps_n } -> std::convertible_to<int>;
-}
-&&T::block_m % (16 * T::warps_m) == 0 && T::block_n % (8 * T::warps_n) == 0 && T::warps_m* T::warps_n <= 32;
+/// The full tile description (threads, warp tile, mma counts) of any gemm_tile_shape type.
+template <gemm_tile_shape T>
+using as_gemm_tile = gemm_tile<T::block_m, T::block_n, T::warps_m, T::warps_n>;
 
 /// Default tiles. 64 x 64 with 2 x 2 warps suits M >= 64; decoding batches use 16 x 128, 1 x 4.
 using default_w4_tile = gemm_tile<64, 64, 2, 2>;

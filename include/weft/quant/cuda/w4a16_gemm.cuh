@@ -126,9 +126,10 @@ cudaError_t launch_w4a16_gemm(const w4a16_params<Act, Scale>& p, cudaStream_t st
   constexpr const char* where = "weft::quant::cuda::launch_w4a16_gemm";
   detail::check_w4a16(p, where);
   weft::quant::cuda::detail::check_grid<Tile>(p.m, p.n, where);
+  using tile = as_gemm_tile<Tile>;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Tile::block_n)),
                   static_cast<unsigned>(ceil_div(p.m, Tile::block_m)));
-  detail::w4a16_gemm_kernel<Tile, Act, Scale><<<grid, Tile::threads, 0, stream>>>(p);
+  detail::w4a16_gemm_kernel<tile, Act, Scale><<<grid, tile::threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

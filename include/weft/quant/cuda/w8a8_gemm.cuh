@@ -83,9 +83,10 @@ cudaError_t launch_w8a8_gemm(const w8a8_params& p, cudaStream_t stream = nullptr
   detail::check_device_pointer(p.w, "w", where);
   detail::check_device_pointer(p.c, "c", where);
   detail::check_grid<Tile>(p.m, p.n, where);
+  using tile = as_gemm_tile<Tile>;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Tile::block_n)),
                   static_cast<unsigned>(ceil_div(p.m, Tile::block_m)));
-  detail::w8a8_gemm_kernel<Tile><<<grid, Tile::threads, 0, stream>>>(p);
+  detail::w8a8_gemm_kernel<tile><<<grid, tile::threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
