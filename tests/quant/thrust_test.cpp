@@ -9,12 +9,26 @@
 
 #include "test_util.hpp"
 
+#include <thrust/copy.h>
+#include <thrust/host_vector.h>
+
 #include <algorithm>
 #include <numeric>
 #include <random>
 #include <vector>
 
 using namespace weft::quant;
+
+namespace {
+// Device vectors are read through thrust::copy into host memory: element access through a
+// device_reference upcasts a null system pointer inside Thrust, which UBSan reports.
+template <class T>
+std::vector<T> to_host(const thrust::device_vector<T>& d) {
+  thrust::host_vector<T> h(d.size());
+  thrust::copy(d.begin(), d.end(), h.begin());
+  return std::vector<T>(h.begin(), h.end());
+}
+}  // namespace
 
 TEST_CASE("thrust: quantize_groups equals the CPU absmax quantizer, dequantize_groups inverts it", "[quant][thrust]") {
   for (int bits : {4, 8})
@@ -26,19 +40,18 @@ TEST_CASE("thrust: quantize_groups equals the CPU absmax quantizer, dequantize_g
       thrust::device_vector<std::int8_t> codes;
       thrust::device_vector<float> scales;
       quantize_groups(x, rows, cols, gs, bits, codes, scales);
-      const std::vector<std::int8_t> got(codes.begin(), codes.end());
+      const std::vector<std::int8_t> got = to_host(codes);
       const auto want = cpu.codes();
       REQUIRE(got.size() == want.size());
       for (std::size_t i = 0; i < want.size(); ++i) REQUIRE(got[i] == want[i]);
-      const std::vector<float> got_scales(scales.begin(), scales.end());
+      const std::vector<float> got_scales = to_host(scales);
       REQUIRE(got_scales.size() == static_cast<std::size_t>(rows * cpu.groups()));
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t g = 0; g < cpu.groups(); ++g)
           REQUIRE(got_scales[static_cast<std::size_t>(r * cpu.groups() + g)] == cpu.scale(r, g));
       thrust::device_vector<float> back;
       dequantize_groups(codes, scales, rows, cols, gs, bits, back);
-      const auto deq = cpu.dequantize();
-      for (std::size_t i = 0; i < deq.size(); ++i) REQUIRE(back[i] == deq[i]);
+      CHECK(to_host(back) == cpu.dequantize());
     }
 }
 
@@ -66,16 +79,17 @@ TEST_CASE("thrust: moe_dispatch equals a stable-sort reference", "[quant][thrust
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return ids[static_cast<std::size_t>(a)] < ids[static_cast<std::size_t>(b)]; });
-    CHECK(std::vector<std::int32_t>(plan.order.begin(), plan.order.end()) == order);
+    CHECK(to_host(plan.order) == order);
     std::vector<std::int32_t> counts(static_cast<std::size_t>(experts), 0),
         offsets(static_cast<std::size_t>(experts) + 1, 0);
     for (int e : ids) ++counts[static_cast<std::size_t>(e)];
     std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
-    CHECK(std::vector<std::int32_t>(plan.counts.begin(), plan.counts.end()) == counts);
-    CHECK(std::vector<std::int32_t>(plan.offsets.begin(), plan.offsets.end()) == offsets);
+    CHECK(to_host(plan.counts) == counts);
+    CHECK(to_host(plan.offsets) == offsets);
+    const auto inverse = to_host(plan.inverse), token_of = to_host(plan.tokens);
     for (std::size_t j = 0; j < order.size(); ++j) {
-      REQUIRE(plan.inverse[static_cast<std::size_t>(order[j])] == static_cast<std::int32_t>(j));
-      REQUIRE(plan.tokens[j] == order[j] / top_k);
+      REQUIRE(inverse[static_cast<std::size_t>(order[j])] == static_cast<std::int32_t>(j));
+      REQUIRE(token_of[j] == order[j] / top_k);
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <thrust/count.h>
 #include <thrust/device_vector.h>
 #include <thrust/execution_policy.h>
+#include <thrust/fill.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/scatter.h>
 #include <thrust/sequence.h>
@@ -72,7 +73,7 @@ moe_dispatch_plan moe_dispatch(const thrust::detail::execution_policy_base<Deriv
   thrust::sequence(exec, plan.order.begin(), plan.order.end());
   thrust::stable_sort_by_key(exec, keys.begin(), keys.end(), plan.order.begin());
   // offsets[e + 1] = number of slots with expert <= e (upper bound in the sorted keys).
-  plan.offsets[0] = 0;
+  thrust::fill_n(exec, plan.offsets.begin(), 1, 0);
   const thrust::counting_iterator<std::int32_t> e0(0);
   thrust::upper_bound(exec, keys.begin(), keys.end(), e0, e0 + num_experts, plan.offsets.begin() + 1);
   thrust::transform(exec, plan.offsets.begin() + 1, plan.offsets.end(), plan.offsets.begin(), plan.counts.begin(),
