@@ -15,7 +15,8 @@
 
 namespace weft::quant {
 
-/// Non-owning view of one linear layer's AWQ tensors.
+/// Non-owning view of one linear layer's AWQ tensors. A plain value; the viewed memory must
+/// outlive it.
 template <scale_value Scale = half>
 struct awq_view {
   std::int64_t k = 0;  ///< input features
@@ -26,7 +27,7 @@ struct awq_view {
   std::span<const Scale> scales;          ///< [G][N]
 };
 
-/// Owning AWQ tensors, as written by to_awq().
+/// Owning AWQ tensors, as written by to_awq(). A plain value.
 template <scale_value Scale = half>
 struct awq_tensors {
   std::int64_t k = 0, n = 0;

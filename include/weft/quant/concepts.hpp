@@ -11,7 +11,7 @@
 
 namespace weft::quant {
 
-/// Scale and zero point of one quantization group: value = (code - zero) * scale.
+/// Scale and zero point of one quantization group: value = (code - zero) * scale. A plain value.
 struct group_params {
   float scale = 1.0f;
   int zero = 0;
@@ -43,7 +43,8 @@ concept gemm_tile_shape = requires {
   { T::block_n } -> std::convertible_to<int>;
   { T::warps_m } -> std::convertible_to<int>;
   { T::warps_n } -> std::convertible_to<int>;
-} && T::warps_m > 0 && T::warps_n > 0 && T::block_m % (16 * T::warps_m) == 0 && T::block_n % (8 * T::warps_n) == 0 &&
-                          T::block_m > 0 && T::block_n > 0 && T::warps_m * T::warps_n <= 32;
+}
+&&T::warps_m > 0 && T::warps_n > 0 && T::block_m % (16 * T::warps_m) == 0 && T::block_n % (8 * T::warps_n) == 0 &&
+    T::block_m > 0 && T::block_n > 0 && T::warps_m* T::warps_n <= 32;
 
 }  // namespace weft::quant

@@ -18,7 +18,7 @@
 namespace weft::quant {
 
 /// How a matrix is quantized. group_size 0 means per-channel (one group spans all of K); otherwise
-/// it must be a positive multiple of 32 (one int4 block), 128 by default.
+/// it must be a positive multiple of 32 (one int4 block), 128 by default. A plain value.
 struct quant_scheme {
   int bits = 4;           ///< 4 or 8
   int group_size = 128;   ///< multiple of 32, or 0 for per-channel

@@ -21,7 +21,7 @@
 
 namespace weft::quant {
 
-/// Activations quantized per row: x[m][k] ~ values[m][k] * scales[m].
+/// Activations quantized per row: x[m][k] ~ values[m][k] * scales[m]. A plain value.
 struct quantized_activations {
   std::int64_t rows = 0, cols = 0;
   std::vector<std::int8_t> values;  ///< rows x cols, row-major

@@ -20,6 +20,7 @@ namespace weft::quant {
 enum class gptq_version { v1, v2 };
 
 /// Non-owning view of one linear layer's GPTQ tensors. group_size -1 means per-channel.
+/// A plain value; the viewed memory must outlive it.
 template <scale_value Scale = half>
 struct gptq_view {
   std::int64_t k = 0;  ///< input features (rows of the unpacked weight)
@@ -32,7 +33,7 @@ struct gptq_view {
   gptq_version version = gptq_version::v1;
 };
 
-/// Owning GPTQ tensors, as written by to_gptq().
+/// Owning GPTQ tensors, as written by to_gptq(). A plain value.
 template <scale_value Scale = half>
 struct gptq_tensors {
   std::int64_t k = 0, n = 0;

@@ -64,7 +64,7 @@ class any_quantizer {
   bool symmetric_;
 };
 
-/// How far the dequantized matrix is from the original.
+/// How far the dequantized matrix is from the original. A plain value.
 struct quant_error {
   double max_abs = 0;   ///< max |w - dequant(q(w))|
   double mean_abs = 0;  ///< mean |w - dequant(q(w))|
@@ -98,7 +98,7 @@ quant_error measure_error(std::span<const float> w, const quantized_matrix<Scale
   return e;
 }
 
-/// A quantized matrix with the error it was made with.
+/// A quantized matrix with the error it was made with. A plain value (thread-safety as quantized_matrix).
 template <scale_value Scale>
 struct quantize_result {
   quantized_matrix<Scale> weights;
