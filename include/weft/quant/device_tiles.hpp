@@ -18,7 +18,7 @@ namespace weft::quant {
 
 /// Block and warp tile of the CUDA GEMMs: a block computes block_m x block_n outputs with
 /// warps_m x warps_n warps; each warp a (block_m / warps_m) x (block_n / warps_n) tile built from
-/// 16 x 8 mma tiles. K advances 32 at a time (one int4 block; two k16 or one k32 mma step).
+/// 16 x 8 mma tiles. K advances 32 at a time (one int4 block; two k16 or one k32 mma step). Compile-time only.
 template <int BlockM, int BlockN, int WarpsM, int WarpsN>
 struct gemm_tile {
   static constexpr int block_m = BlockM, block_n = BlockN, warps_m = WarpsM, warps_n = WarpsN;
@@ -38,7 +38,7 @@ using small_batch_w4_tile = gemm_tile<16, 128, 1, 4>;
 using default_w8_tile = gemm_tile<64, 64, 2, 2>;
 
 /// Arguments of the W4A16 kernels (device pointers). Y = X * W^T, X: M x K (row-major, Act),
-/// W: weft int4 layout (quantized_matrix::packed/scales/zeros), Y: M x N fp32.
+/// W: weft int4 layout (quantized_matrix::packed/scales/zeros), Y: M x N fp32. A plain value.
 template <class Act, class Scale>
 struct w4a16_params {
   const Act* x = nullptr;
@@ -50,7 +50,7 @@ struct w4a16_params {
 };
 
 /// Arguments of the W8A8 kernel (device pointers). C = A * W^T, A: M x K int8 (row-major),
-/// W: weft int8 panel layout, C: M x N int32.
+/// W: weft int8 panel layout, C: M x N int32. A plain value.
 struct w8a8_params {
   const std::int8_t* a = nullptr;
   const std::int8_t* w = nullptr;
