@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 using namespace weft::quant;
@@ -206,4 +207,30 @@ TEST_CASE("gemm_w8a8: bad input is rejected", "[quant][kernels]") {
   const auto qa_wrong = quantize_activations(std::vector<float>(32, 1.0f), 1, 32);
   CHECK_THROWS_WITH(gemm_w8a8(w, qa_wrong, std::span<float>(y)), Catch::Contains("activations have 32 elements"));
   CHECK_THROWS_WITH(quantize_activations(std::vector<float>(10, 1.0f), 3, 4), Catch::Contains("input has 10 elements"));
+}
+
+TEST_CASE("kernels: concurrent calls on shared weights give the same results", "[quant][kernels][concurrent]") {
+  const auto w4 = quant_test::exact_matrix<weft::half>(40, 256, {4, 128, false}, 77);
+  const auto w8 = quant_test::exact_matrix<float>(40, 256, {8, 0, true}, 78);
+  const auto x = small_int_activations<float>(2 * 256, 79);
+  std::vector<std::int8_t> a;
+  for (int v : quant_test::random_ints(2 * 256, 80, -128, 127)) a.push_back(static_cast<std::int8_t>(v));
+  const auto ref4 = reference_gemm(w4, std::span<const float>(x), 2);
+  const auto ref8 = reference_gemm_w8a8_i32(w8, std::span<const std::int8_t>(a), 2);
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<float> y(80);
+      std::vector<std::int32_t> c(80);
+      bool good = true;
+      for (int rep = 0; rep < 5; ++rep) {
+        gemm_w4(w4, std::span<const float>(x), 2, std::span<float>(y), {isa::automatic, t % 2 == 0});
+        gemm_w8a8_i32(w8, std::span<const std::int8_t>(a), 2, std::span<std::int32_t>(c), {isa::automatic, t % 2 == 1});
+        good = good && same_bits(y, ref4) && c == ref8;
+      }
+      ok[static_cast<std::size_t>(t)] = good ? 1 : 0;
+    });
+  for (auto& th : threads) th.join();
+  for (int v : ok) CHECK(v == 1);
 }
