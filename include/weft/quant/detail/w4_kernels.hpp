@@ -15,6 +15,14 @@
 #include <immintrin.h>
 #endif
 
+// g++ 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (the _mm512_undefined_*
+// operands, GCC bug 105593) when these functions are inlined at -O1 with sanitizers.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace weft::quant::detail {
 
 /// A scale as fp32. The core half conversion is exact but slow in a hot loop; the vector paths
@@ -294,3 +302,7 @@ void w4_tile(isa path, const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB
 }
 
 }  // namespace weft::quant::detail
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

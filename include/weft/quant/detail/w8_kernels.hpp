@@ -13,6 +13,14 @@
 #include <immintrin.h>
 #endif
 
+// g++ 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (the _mm512_undefined_*
+// operands, GCC bug 105593) when these functions are inlined at -O1 with sanitizers.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace weft::quant::detail {
 
 /// One 16-row panel of weights against one activation row, plain C++. acc[j] = sum_k a[k] * w[j][k].
@@ -132,3 +140,7 @@ __attribute__((target("amx-tile,amx-int8"))) inline void w8_tile_amx(const std::
 #endif  // WEFT_QUANT_X86
 
 }  // namespace weft::quant::detail
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
