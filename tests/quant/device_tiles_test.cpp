@@ -152,8 +152,9 @@ TEST_CASE("device tiles: the archetype tile drives the emulated grid", "[quant][
   for (int v : quant_test::random_ints(3 * 70, 6, -8, 8)) x.push_back(weft::half(static_cast<float>(v)));
   const auto ref = reference_gemm(w, std::span<const weft::half>(x), 3);
   std::vector<float> unused(1);
-  const w4a16_params<weft::half, weft::half> p{x.data(), w.packed().data(), w.scales().data(), w.zeros().data(),
-                                               unused.data(), 3, 9, 70, w.k_padded(), w.group_size(), w.groups()};
+  const w4a16_params<weft::half, weft::half> p{
+      x.data(), w.packed().data(), w.scales().data(), w.zeros().data(), unused.data(), 3, 9,
+      70,       w.k_padded(),      w.group_size(),    w.groups()};
   const auto [y, y_fb] = emulate_w4_gemm<as_gemm_tile<archetype_tile>>(p);
   CHECK(std::memcmp(y.data(), ref.data(), ref.size() * 4) == 0);
 }
