@@ -19,8 +19,8 @@ namespace weft::sched {
 class any_fair_queue {
  public:
   template <fair_queue Q>
-  requires(!std::is_same_v<std::remove_cvref_t<Q>, any_fair_queue>)
-  explicit any_fair_queue(Q q) : self_(std::make_unique<model<Q>>(std::move(q))) {}
+  requires(!std::is_same_v<std::remove_cvref_t<Q>, any_fair_queue>) explicit any_fair_queue(Q q)
+      : self_(std::make_unique<model<Q>>(std::move(q))) {}
 
   void push(const request& r, double now) { self_->push(r, now); }
   const request* peek(double now) { return self_->peek(now); }

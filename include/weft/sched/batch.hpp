@@ -36,10 +36,10 @@ struct batch {
   std::vector<batch_entry> entries;
   std::int64_t prefill_tokens = 0;
   std::int64_t decode_tokens = 0;
-  std::vector<kv_transfer> swapped_out;        ///< device -> host before the iteration
-  std::vector<kv_transfer> swapped_in;         ///< host -> device before the iteration
+  std::vector<kv_transfer> swapped_out;         ///< device -> host before the iteration
+  std::vector<kv_transfer> swapped_in;          ///< host -> device before the iteration
   std::vector<request_id> preempted_recompute;  ///< KV dropped; the request will prefill again
-  std::vector<request_id> aborted;             ///< cannot fit in KV even alone; the engine ends them
+  std::vector<request_id> aborted;              ///< cannot fit in KV even alone; the engine ends them
 
   bool empty() const noexcept { return entries.empty(); }
   std::int64_t tokens() const noexcept { return prefill_tokens + decode_tokens; }
@@ -59,9 +59,9 @@ struct victim_candidate {
   client_id client{};
   int priority = 0;
   double arrival_s = 0.0;
-  int preemptions = 0;           ///< times this request was preempted already
-  std::int64_t kv_blocks = 0;    ///< device blocks it holds
-  std::int64_t generated = 0;    ///< output tokens produced so far
+  int preemptions = 0;         ///< times this request was preempted already
+  std::int64_t kv_blocks = 0;  ///< device blocks it holds
+  std::int64_t generated = 0;  ///< output tokens produced so far
 };
 
 /// How a running request is preempted when KV runs out.

@@ -29,7 +29,7 @@ class block_kv_manager {
     std::int64_t host_blocks = 0;
     std::int64_t block_tokens = 16;
     std::int64_t bytes_per_token = 512 * 1024;  ///< KV bytes per token (Llama-2-7B fp16: 512 KiB)
-    std::int64_t copy_unit_blocks = 1;           ///< blocks per swap copy; >= 1
+    std::int64_t copy_unit_blocks = 1;          ///< blocks per swap copy; >= 1
     bool prefix_caching = true;
   };
 

@@ -284,8 +284,8 @@ class iteration_scheduler {
   static void insert_ranked(std::vector<slot>& list, slot s) {
     s.alive = true;
     // Kept in descending rank so the best is at the back (pop_back is O(1)).
-    auto pos = std::upper_bound(list.begin(), list.end(), s,
-                                [](const slot& a, const slot& b) { return rank(a) > rank(b); });
+    auto pos =
+        std::upper_bound(list.begin(), list.end(), s, [](const slot& a, const slot& b) { return rank(a) > rank(b); });
     list.insert(pos, std::move(s));
   }
 
@@ -328,7 +328,8 @@ class iteration_scheduler {
           batch_.prefill_tokens + tokens > opt_.token_budget)
         return;
       // vLLM's admission rule: the whole prompt (plus its first token) must fit above the watermark.
-      const auto watermark = static_cast<std::int64_t>(std::ceil(opt_.watermark * static_cast<double>(kv_.total_blocks())));
+      const auto watermark =
+          static_cast<std::int64_t>(std::ceil(opt_.watermark * static_cast<double>(kv_.total_blocks())));
       const std::int64_t need = kv_.blocks_to_grow(s.req, s.target + 1);
       const std::int64_t reserve = live_running() == 0 ? 0 : watermark;  // never idle a free machine
       if (need > kv_.free_blocks() - reserve) {
@@ -337,8 +338,8 @@ class iteration_scheduler {
       if (!kv_.grow(s.req, s.done + tokens)) return;
       if (from_requeue) {
         // make_room_for may have requeued others; find this one by id.
-        requeued_.erase(std::find_if(requeued_.begin(), requeued_.end(),
-                                     [&](const slot& q) { return q.req.id == s.req.id; }));
+        requeued_.erase(
+            std::find_if(requeued_.begin(), requeued_.end(), [&](const slot& q) { return q.req.id == s.req.id; }));
       } else {
         queue_.pop(now);
         queue_.on_admit(s.req);

@@ -39,19 +39,18 @@ struct request {
 inline void validate(const request& r, const char* where) {
   expects(r.id.valid(), errc::invalid_argument, where, "request id must be valid (not request_id::invalid())");
   expects(r.client.valid(), errc::invalid_argument, where, "request ", r.id, ": client id must be valid");
-  expects(r.prompt_tokens >= 1, errc::invalid_argument, where, "request ", r.id,
-          ": prompt_tokens must be >= 1, got ", r.prompt_tokens);
+  expects(r.prompt_tokens >= 1, errc::invalid_argument, where, "request ", r.id, ": prompt_tokens must be >= 1, got ",
+          r.prompt_tokens);
   expects(r.predicted_output_tokens >= 0, errc::invalid_argument, where, "request ", r.id,
           ": predicted_output_tokens must be >= 0, got ", r.predicted_output_tokens);
   expects(r.max_output_tokens >= 0, errc::invalid_argument, where, "request ", r.id,
           ": max_output_tokens must be >= 0, got ", r.max_output_tokens);
   expects(std::isfinite(r.arrival_s) && r.arrival_s >= 0.0, errc::invalid_argument, where, "request ", r.id,
           ": arrival_s must be finite and >= 0, got ", r.arrival_s);
-  expects(r.prefix_tokens >= 0 && r.prefix_tokens <= r.prompt_tokens, errc::invalid_argument, where, "request ",
-          r.id, ": prefix_tokens must be in [0, prompt_tokens=", r.prompt_tokens, "], got ", r.prefix_tokens);
-  expects(r.kv_ready_tokens >= 0 && r.kv_ready_tokens <= r.prompt_tokens, errc::invalid_argument, where,
-          "request ", r.id, ": kv_ready_tokens must be in [0, prompt_tokens=", r.prompt_tokens, "], got ",
-          r.kv_ready_tokens);
+  expects(r.prefix_tokens >= 0 && r.prefix_tokens <= r.prompt_tokens, errc::invalid_argument, where, "request ", r.id,
+          ": prefix_tokens must be in [0, prompt_tokens=", r.prompt_tokens, "], got ", r.prefix_tokens);
+  expects(r.kv_ready_tokens >= 0 && r.kv_ready_tokens <= r.prompt_tokens, errc::invalid_argument, where, "request ",
+          r.id, ": kv_ready_tokens must be in [0, prompt_tokens=", r.prompt_tokens, "], got ", r.kv_ready_tokens);
   expects(r.ttft_slo_s >= 0.0 && r.tpot_slo_s >= 0.0, errc::invalid_argument, where, "request ", r.id,
           ": SLOs must be >= 0, got ttft ", r.ttft_slo_s, " tpot ", r.tpot_slo_s);
 }
@@ -66,8 +65,8 @@ struct service_weights {
 inline void validate(const service_weights& w, const char* where) {
   expects(std::isfinite(w.input) && std::isfinite(w.output) && w.input >= 0.0 && w.output >= 0.0 &&
               w.input + w.output > 0.0,
-          errc::invalid_argument, where, "service weights must be finite, >= 0 and not both 0, got input ",
-          w.input, " output ", w.output);
+          errc::invalid_argument, where, "service weights must be finite, >= 0 and not both 0, got input ", w.input,
+          " output ", w.output);
 }
 
 }  // namespace weft::sched

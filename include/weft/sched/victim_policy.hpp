@@ -27,7 +27,8 @@ struct most_blocks_victim {
   std::size_t choose(std::span<const victim_candidate> c) const noexcept {
     std::size_t best = 0;
     for (std::size_t i = 1; i < c.size(); ++i)
-      if (std::tie(c[i].kv_blocks, c[i].arrival_s, c[i].id) > std::tie(c[best].kv_blocks, c[best].arrival_s, c[best].id))
+      if (std::tie(c[i].kv_blocks, c[i].arrival_s, c[i].id) >
+          std::tie(c[best].kv_blocks, c[best].arrival_s, c[best].id))
         best = i;
     return best;
   }
