@@ -17,3 +17,7 @@
 #include <weft/sched/victim_policy.hpp>
 #include <weft/sched/vtc_queue.hpp>
 #include <weft/sched/wfq_queue.hpp>
+#include <weft/sched/sim/cost_model.hpp>
+#include <weft/sched/sim/metrics.hpp>
+#include <weft/sched/sim/simulator.hpp>
+#include <weft/sched/sim/workload.hpp>
