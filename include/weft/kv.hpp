@@ -1,0 +1,16 @@
+// Umbrella for weft::kv, the paged KV-cache bookkeeping: block pool, block tables with
+// copy-on-write, hash-chained and radix-tree prefix caches, the host tier, admission control and
+// the kv_manager facade a batch scheduler drives. Standard library only.
+#pragma once
+
+#include <weft/kv/admission.hpp>
+#include <weft/kv/block_hasher.hpp>
+#include <weft/kv/block_pool.hpp>
+#include <weft/kv/block_table.hpp>
+#include <weft/kv/concepts.hpp>
+#include <weft/kv/hashed_prefix_cache.hpp>
+#include <weft/kv/host_tier.hpp>
+#include <weft/kv/eviction.hpp>
+#include <weft/kv/kv_manager.hpp>
+#include <weft/kv/radix_cache.hpp>
+#include <weft/kv/types.hpp>
