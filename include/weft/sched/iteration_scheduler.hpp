@@ -109,7 +109,7 @@ class iteration_scheduler {
     for (std::size_t i = 0; i < running_.size(); ++i)
       if (i != head_ && running_[i].alive && in_decode(running_[i])) decode_or_continue(i, true);
     // (2) Swapped-out requests return before anything new is admitted.
-    resume_swapped();
+    resume_swapped(now);
     // (3) Partial prefills continue: the head's first (it may preempt), then in admission order.
     if (head_ < running_.size() && running_[head_].alive && !in_decode(running_[head_]))
       decode_or_continue(head_, true);
@@ -289,9 +289,15 @@ class iteration_scheduler {
     list.insert(pos, std::move(s));
   }
 
-  void resume_swapped() {
+  void resume_swapped(double now) {
     while (!swapped_.empty() && running_.size() < opt_.max_running + dead_) {
       slot& s = swapped_.back();
+      if (opt_.inter_tenant_preemption) {
+        // Do not bring back a request that a waiting higher-priority one would evict again at once
+        // (that would thrash: FastSwitch's point is to switch contexts rarely and cheaply).
+        const request* head = queue_.peek(now);
+        if (head != nullptr && head->priority > s.req.priority) break;
+      }
       auto t = kv_.swap_in(s.req.id);
       if (!t) break;
       batch_.swapped_in.push_back(*t);
