@@ -21,3 +21,4 @@
 #include <weft/sched/sim/metrics.hpp>
 #include <weft/sched/sim/simulator.hpp>
 #include <weft/sched/sim/workload.hpp>
+#include <weft/sched/sim/cluster.hpp>

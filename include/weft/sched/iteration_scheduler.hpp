@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <utility>
@@ -157,10 +158,42 @@ class iteration_scheduler {
     entry_slot_.clear();
   }
 
+  /// A running request handed over to another instance (Llumnix migration).
+  struct migrated {
+    request req;
+    std::int64_t generated = 0;       ///< output tokens produced here
+    std::int64_t context_tokens = 0;  ///< tokens whose KV moves with it
+  };
+
+  /// Removes one decoding request — the latest arrival that is not the head — releasing its KV, for
+  /// live migration (Li et al., "Llumnix", OSDI 2024, §4). Call between complete() and schedule().
+  /// nullopt when no request qualifies. O(R).
+  std::optional<migrated> migrate_out() {
+    expects(batch_.entries.empty(), errc::precondition, "weft::sched::iteration_scheduler::migrate_out",
+            "a batch is in flight; call complete() first");
+    head_ = find_head();
+    std::size_t pick = running_.size();
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      if (i == head_ || !in_decode(running_[i])) continue;
+      if (pick == running_.size() || std::tie(running_[i].req.arrival_s, running_[i].req.id) >
+                                         std::tie(running_[pick].req.arrival_s, running_[pick].req.id))
+        pick = i;
+    }
+    if (pick == running_.size()) return std::nullopt;
+    slot& v = running_[pick];
+    migrated m{v.req, v.generated, v.done};
+    kv_.release(v.req.id);
+    queue_.on_finish(v.req, v.generated);
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(pick));
+    return m;
+  }
+
   std::size_t waiting() const noexcept { return queue_.size() + requeued_.size() + swapped_.size(); }
   std::size_t running() const noexcept { return running_.size(); }
   bool idle() const noexcept { return running_.empty() && waiting() == 0; }
   const scheduler_stats& stats() const noexcept { return stats_; }
+  /// The batch of the last schedule() until complete() (its entries are cleared there).
+  const batch& last_batch() const noexcept { return batch_; }
   const scheduler_options& options() const noexcept { return opt_; }
   Queue& queue() noexcept { return queue_; }
   const KV& kv() const noexcept { return kv_; }

@@ -84,6 +84,62 @@ struct fairness_tracker {
 
 inline double quantile_or_zero(const quantile_histogram& h, double q) { return h.count() == 0 ? 0.0 : h.quantile(q); }
 
+// Fills res.stats and res.service from the per-request records (shared by the single-instance and
+// the cluster simulators).
+inline void finalize(sim_result& res, const workload& w, const sim_options& o, const quantile_histogram& tbt,
+                     fairness_tracker& fair, double now, std::uint64_t iterations, std::uint64_t preemptions,
+                     std::uint64_t swaps, double batch_tokens) {
+  // Unfinished requests (max_time_s): no finish time.
+  for (std::size_t i = 0; i < w.size(); ++i)
+    if (!res.records[i].aborted && res.records[i].output_tokens < w[i].output_tokens) res.records[i].finish_s = -1.0;
+
+  summary& st = res.stats;
+  quantile_histogram ttft, tpot, e2e;
+  double out_tokens = 0.0;
+  std::size_t good = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const request_record& r = res.records[i];
+    out_tokens += static_cast<double>(r.output_tokens);
+    st.rejected += r.rejected;
+    st.aborted += r.aborted;
+    if (!r.finished()) continue;
+    ++st.finished;
+    ttft.record(r.ttft_s());
+    tpot.record(r.tpot_s());
+    e2e.record(r.e2e_s());
+    const double ttft_slo = w[i].req.ttft_slo_s > 0 ? w[i].req.ttft_slo_s : o.ttft_slo_s;
+    const double tpot_slo = w[i].req.tpot_slo_s > 0 ? w[i].req.tpot_slo_s : o.tpot_slo_s;
+    if ((ttft_slo == 0.0 || r.ttft_s() <= ttft_slo) && (tpot_slo == 0.0 || r.tpot_s() <= tpot_slo)) ++good;
+  }
+  st.requests = w.size();
+  st.makespan_s = now - (w.empty() ? 0.0 : w.front().req.arrival_s);
+  const double span = st.makespan_s > 0 ? st.makespan_s : 1.0;
+  st.ttft_p50 = detail::quantile_or_zero(ttft, 0.5);
+  st.ttft_p90 = detail::quantile_or_zero(ttft, 0.9);
+  st.ttft_p99 = detail::quantile_or_zero(ttft, 0.99);
+  st.tpot_p50 = detail::quantile_or_zero(tpot, 0.5);
+  st.tpot_p90 = detail::quantile_or_zero(tpot, 0.9);
+  st.tpot_p99 = detail::quantile_or_zero(tpot, 0.99);
+  st.tbt_p50 = detail::quantile_or_zero(tbt, 0.5);
+  st.tbt_p90 = detail::quantile_or_zero(tbt, 0.9);
+  st.tbt_p99 = detail::quantile_or_zero(tbt, 0.99);
+  st.e2e_p50 = detail::quantile_or_zero(e2e, 0.5);
+  st.e2e_p90 = detail::quantile_or_zero(e2e, 0.9);
+  st.e2e_p99 = detail::quantile_or_zero(e2e, 0.99);
+  st.throughput_tok_s = out_tokens / span;
+  st.requests_per_s = static_cast<double>(st.finished) / span;
+  st.goodput_req_s = static_cast<double>(good) / span;
+  st.slo_attainment = w.empty() ? 1.0 : static_cast<double>(good) / static_cast<double>(w.size());
+  fair.close_until(now + o.window_s);  // the last partial window
+  st.max_service_gap = fair.max_gap;
+  st.jain_index = fair.jain_windows == 0 ? 1.0 : fair.jain_sum / static_cast<double>(fair.jain_windows);
+  st.preemptions = preemptions;
+  st.swaps = swaps;
+  st.iterations = iterations;
+  st.mean_batch_tokens = iterations == 0 ? 0.0 : batch_tokens / static_cast<double>(iterations);
+  res.service = std::move(fair.samples);
+}
+
 }  // namespace detail
 
 /// Runs w through s. The scheduler must be fresh (idle). Throws weft::error(invalid_argument) for a
@@ -209,55 +265,7 @@ sim_result simulate(S& s, const workload& w, const cost_model& m, const sim_opti
     fair.close_until(now);
   }
 
-  // Unfinished requests (max_time_s): no finish time.
-  for (std::size_t i = 0; i < w.size(); ++i)
-    if (!res.records[i].aborted && res.records[i].output_tokens < w[i].output_tokens) res.records[i].finish_s = -1.0;
-
-  summary& st = res.stats;
-  quantile_histogram ttft, tpot, e2e;
-  double out_tokens = 0.0;
-  std::size_t good = 0;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    const request_record& r = res.records[i];
-    out_tokens += static_cast<double>(r.output_tokens);
-    st.rejected += r.rejected;
-    st.aborted += r.aborted;
-    if (!r.finished()) continue;
-    ++st.finished;
-    ttft.record(r.ttft_s());
-    tpot.record(r.tpot_s());
-    e2e.record(r.e2e_s());
-    const double ttft_slo = w[i].req.ttft_slo_s > 0 ? w[i].req.ttft_slo_s : o.ttft_slo_s;
-    const double tpot_slo = w[i].req.tpot_slo_s > 0 ? w[i].req.tpot_slo_s : o.tpot_slo_s;
-    if ((ttft_slo == 0.0 || r.ttft_s() <= ttft_slo) && (tpot_slo == 0.0 || r.tpot_s() <= tpot_slo)) ++good;
-  }
-  st.requests = w.size();
-  st.makespan_s = now - (w.empty() ? 0.0 : w.front().req.arrival_s);
-  const double span = st.makespan_s > 0 ? st.makespan_s : 1.0;
-  st.ttft_p50 = detail::quantile_or_zero(ttft, 0.5);
-  st.ttft_p90 = detail::quantile_or_zero(ttft, 0.9);
-  st.ttft_p99 = detail::quantile_or_zero(ttft, 0.99);
-  st.tpot_p50 = detail::quantile_or_zero(tpot, 0.5);
-  st.tpot_p90 = detail::quantile_or_zero(tpot, 0.9);
-  st.tpot_p99 = detail::quantile_or_zero(tpot, 0.99);
-  st.tbt_p50 = detail::quantile_or_zero(tbt, 0.5);
-  st.tbt_p90 = detail::quantile_or_zero(tbt, 0.9);
-  st.tbt_p99 = detail::quantile_or_zero(tbt, 0.99);
-  st.e2e_p50 = detail::quantile_or_zero(e2e, 0.5);
-  st.e2e_p90 = detail::quantile_or_zero(e2e, 0.9);
-  st.e2e_p99 = detail::quantile_or_zero(e2e, 0.99);
-  st.throughput_tok_s = out_tokens / span;
-  st.requests_per_s = static_cast<double>(st.finished) / span;
-  st.goodput_req_s = static_cast<double>(good) / span;
-  st.slo_attainment = w.empty() ? 1.0 : static_cast<double>(good) / static_cast<double>(w.size());
-  fair.close_until(now + o.window_s);  // the last partial window
-  st.max_service_gap = fair.max_gap;
-  st.jain_index = fair.jain_windows == 0 ? 1.0 : fair.jain_sum / static_cast<double>(fair.jain_windows);
-  st.preemptions = preemptions;
-  st.swaps = swaps;
-  st.iterations = iterations;
-  st.mean_batch_tokens = iterations == 0 ? 0.0 : batch_tokens / static_cast<double>(iterations);
-  res.service = std::move(fair.samples);
+  detail::finalize(res, w, o, tbt, fair, now, iterations, preemptions, swaps, batch_tokens);
   return res;
 }
 
