@@ -3,6 +3,7 @@
 #pragma once
 
 #include <weft/sched/aging_priority_queue.hpp>
+#include <weft/sched/any_batch_scheduler.hpp>
 #include <weft/sched/any_fair_queue.hpp>
 #include <weft/sched/batch.hpp>
 #include <weft/sched/block_kv_manager.hpp>

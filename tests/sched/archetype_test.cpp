@@ -94,3 +94,29 @@ TEST_CASE("the scheduler runs on archetype policies", "[sched][archetype]") {
   CHECK(s.idle());
   CHECK(s.kv().used == 0);
 }
+
+#include <weft/sched/any_batch_scheduler.hpp>
+#include <weft/sched/vtc_queue.hpp>
+
+static_assert(batch_scheduler<any_batch_scheduler>);
+
+TEST_CASE("any_batch_scheduler runs a scheduler chosen at run time", "[sched][any]") {
+  for (int choice = 0; choice < 2; ++choice) {
+    any_batch_scheduler s =
+        choice == 0 ? any_batch_scheduler(std::make_unique<iteration_scheduler<vtc_queue>>(chunked_prefill(64, 8)))
+                    : any_batch_scheduler(std::make_unique<iteration_scheduler<>>(continuous_batching(8, 256)));
+    std::vector<test::job> jobs;
+    for (std::uint64_t i = 1; i <= 10; ++i) {
+      test::job j;
+      j.req.id = request_id(i);
+      j.req.client = client_id(static_cast<std::uint32_t>(i % 2));
+      j.req.prompt_tokens = 50;
+      j.output = 5;
+      jobs.push_back(j);
+    }
+    const auto out = test::run_jobs(s, jobs, [](const batch&, auto&) {});
+    CHECK(out.completed == 10);
+    CHECK(s.idle());
+  }
+  CHECK_THROWS_AS(any_batch_scheduler(std::unique_ptr<iteration_scheduler<>>()), weft::error);
+}
