@@ -47,10 +47,13 @@ double measure(Queue q, std::size_t churn) {
   std::vector<ws::request_id> finished;
   std::unordered_map<ws::request_id, int> tokens;
   // Warm up until the batch is full and every running request decodes.
-  for (int i = 0; i < 50; ++i) {
-    s.schedule(0.0);
+  for (int i = 0; i < 100000; ++i) {
+    const ws::batch& b = s.schedule(0.0);
+    const bool steady = s.running() == running && b.prefill_tokens == 0;
     s.complete({});
+    if (steady) break;
   }
+  if (s.running() != running) std::printf("  warning: only %zu running after warm-up\n", s.running());
   double total = 0.0;
   for (int it = 0; it < iterations; ++it) {
     const auto t0 = clk::now();

@@ -98,7 +98,7 @@ fairness_run run_overload(std::uint32_t seed, Queue queue, std::int64_t kv_block
 
 TEST_CASE("VTC keeps backlogged clients within 2x the max request charge; FCFS does not", "[sched][vtc][fairness]") {
   // Ample KV (8192 tokens, 16 running): no preemption, the tight bound 2 * (w_in L_in + w_out L_out).
-  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+  for (std::uint32_t seed = 1; seed <= 6; ++seed) {
     CAPTURE(seed);
     const fairness_run vtc = run_overload(seed, vtc_queue{}, 512);
     const fairness_run fcfs = run_overload(seed, fcfs_queue{}, 512);
@@ -114,7 +114,7 @@ TEST_CASE("VTC keeps backlogged clients within 2x the max request charge; FCFS d
 TEST_CASE("VTC stays within the paper's bound when KV pressure forces preemptions", "[sched][vtc][fairness]") {
   // Tight KV (2048 tokens): recompute preemptions readmit requests ahead of the queue, which the
   // theorem's U = max(w_in L_in, w_out M) covers (M = tokens the batch can hold).
-  for (std::uint32_t seed = 1; seed <= 12; ++seed) {
+  for (std::uint32_t seed = 1; seed <= 6; ++seed) {
     CAPTURE(seed);
     const fairness_run vtc = run_overload(seed, vtc_queue{}, 128);
     const fairness_run fcfs = run_overload(seed, fcfs_queue{}, 128);
