@@ -24,6 +24,9 @@ namespace weft::sched {
 /// Satisfies kv_manager. Not thread-safe. grow/release/swap O(1) amortised plus evictions.
 class block_kv_manager {
  public:
+  /// Stores nothing per token: a scheduler may skip grow() while tokens fit the blocks held.
+  static constexpr bool counts_blocks_only = true;
+
   struct options {
     std::int64_t device_blocks = 4096;
     std::int64_t host_blocks = 0;
@@ -70,15 +73,20 @@ class block_kv_manager {
 
   /// Makes r hold KV for `tokens` tokens. false, with nothing changed, when the blocks are not there.
   bool grow(const request& r, std::int64_t tokens) {
-    const std::int64_t need = blocks_to_grow(r, tokens);
     auto it = held_.find(r.id);
     if (it != held_.end()) {
+      // The decode hot path: one lookup, and usually no new block.
+      expects(tokens >= 0 && !it->second.swapped, errc::invalid_argument, "weft::sched::block_kv_manager::grow",
+              "request ", r.id, ": tokens must be >= 0 (got ", tokens, ") and the request not swapped out");
+      const std::int64_t need = blocks_for(tokens) - it->second.shared - it->second.own;
+      if (need <= 0) return true;
       if (need > free_ + evictable_) return false;
       make_free(need);
       free_ -= need;
       it->second.own += need;
       return true;
     }
+    const std::int64_t need = blocks_to_grow(r, tokens);
     const auto [shared, cached] = prefix_share(r);
     // Pinning an unused cached prefix takes its blocks out of the evictable pool.
     std::int64_t pin = 0;

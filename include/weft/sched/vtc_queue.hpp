@@ -13,6 +13,7 @@
 #include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace weft::sched {
 
@@ -25,8 +26,8 @@ namespace weft::sched {
 ///
 /// Guarantee (paper, Theorem 4.2-4.3): two clients continuously backlogged over an interval receive
 /// weighted service differing by at most 2 * max(w_in * L_in, w_out * M), L_in the longest prompt and
-/// M the most tokens one batch holds. Not thread-safe. push/pop/on_* O(log C) (C clients with a
-/// backlog), peek O(1).
+/// M the most tokens one batch holds. Not thread-safe. on_* O(1) expected (increases reach the order
+/// lazily); push/pop/peek amortised O(log C) per charged client (C backlogged clients).
 class vtc_queue {
  public:
   struct options {
@@ -50,22 +51,26 @@ class vtc_queue {
     auto& st = clients_[r.client];
     if (st.waiting.empty()) {
       // Lift (Algorithm 2, lines 6-10): a newly backlogged client starts at the least counter.
+      settle();
       const double floor = backlogged_.empty() ? last_left_counter_ : backlogged_.begin()->first;
       if (st.counter < floor) st.counter = floor;
       backlogged_.emplace(st.counter, r.client);
+      st.key = st.counter;
     }
     st.waiting.push_back(r);
     ++size_;
   }
 
   /// The head request of the backlogged client with the least counter (ties: smaller client id).
-  const request* peek(double /*now*/) const {
+  const request* peek(double /*now*/) {
+    settle();
     if (backlogged_.empty()) return nullptr;
     return &clients_.find(backlogged_.begin()->second)->second.waiting.front();
   }
 
   request pop(double /*now*/) {
     expects(!backlogged_.empty(), errc::precondition, "weft::sched::vtc_queue::pop", "queue is empty");
+    settle();
     const auto [counter, c] = *backlogged_.begin();
     auto& st = clients_.find(c)->second;
     request r = st.waiting.front();
@@ -130,6 +135,7 @@ class vtc_queue {
   struct client_state {
     std::deque<request> waiting;
     double counter = 0.0;
+    double key = 0.0;  // the counter under which the client sits in backlogged_ (<= counter)
     double weight = 1.0;
   };
 
@@ -139,18 +145,34 @@ class vtc_queue {
     return it->second;
   }
 
+  // Charges are frequent (one per output token) and reads rare (one per admission), so an increase
+  // leaves the client's key in backlogged_ stale. Invariant: key <= counter for every backlogged client.
+  // Then, if the first entry is fresh (key == counter), it is the true minimum: every other counter
+  // is >= its key >= this one. settle() re-keys stale entries at the front until that holds; each
+  // charge causes at most one re-key. A decrease (refund) breaks key <= counter, so it re-keys at once.
   void add(client_id c, client_state& st, double charge) {
-    const double next = st.counter + charge / st.weight;
-    if (!st.waiting.empty()) {
-      // Invariant: backlogged_ holds (counter, client) for exactly the clients with waiting requests.
-      backlogged_.erase({st.counter, c});
-      backlogged_.emplace(next, c);
+    st.counter += charge / st.weight;
+    if (!st.waiting.empty() && st.counter < st.key) {
+      backlogged_.erase({st.key, c});
+      backlogged_.emplace(st.counter, c);
+      st.key = st.counter;
     }
-    st.counter = next;
+  }
+
+  void settle() {
+    while (!backlogged_.empty()) {
+      const client_id c = backlogged_.begin()->second;
+      auto& st = clients_.find(c)->second;
+      if (st.key == st.counter) return;
+      backlogged_.erase(backlogged_.begin());
+      backlogged_.emplace(st.counter, c);
+      st.key = st.counter;
+    }
   }
 
   options opt_;
   std::unordered_map<client_id, client_state> clients_;
+  // Invariant: backlogged_ holds (key, client) for exactly the clients with waiting requests.
   std::set<std::pair<double, client_id>> backlogged_;
   std::unordered_map<request_id, std::int64_t> emitted_;
   double last_left_counter_ = 0.0;
