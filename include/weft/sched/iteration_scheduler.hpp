@@ -160,6 +160,7 @@ class iteration_scheduler {
         kv_.release(s.req.id);
         queue_.on_finish(s.req, s.generated);
         s.alive = false;
+        ++dead_;
       }
       compact();
     }
@@ -476,6 +477,7 @@ class iteration_scheduler {
 
   // Removes dead slots, keeping admission order, and renumbers the batch's slot indices.
   void compact() {
+    if (dead_ == 0) return;  // the common iteration: nobody left
     remap_.assign(running_.size(), 0);
     std::size_t out = 0;
     for (std::size_t i = 0; i < running_.size(); ++i) {
