@@ -1,6 +1,7 @@
 // kv_prefix_cache: how an engine hands its KV-block bookkeeping to weft::kv.
 //  1. Three chat requests share a system prompt: the second and third reuse its blocks.
-//  2. Parallel sampling forks a request; the first token a sample writes copies the shared block.
+//  2. Parallel sampling forks a request; the first token a sample writes copies the shared block;
+//     a preempted request goes to the host tier, whose copies keep serving prefix hits.
 //  3. A radix prefix cache with a user-written eviction policy ("one-hit wonders go first").
 #include <weft/kv.hpp>
 
@@ -79,6 +80,14 @@ int main() {
   kv.free(request_id(2));
   std::printf("all freed: %zu blocks in use, %zu still cached for the next conversation turn\n", kv.used_blocks(),
               kv.cache().cached_blocks());
+  // The prefix cache spans both tiers: drop every device key, and the swapped-out copy still serves.
+  kv.reset_prefix_cache();
+  const auto again = kv.allocate_prompt(request_id(5), prompt_for(50000));
+  std::printf(
+      "device cache reset; request 5 finds %zu blocks in the host tier: %zu tokens cached, copied in by %zu "
+      "unit(s)\n",
+      again->host_hit_blocks, again->cached_tokens, again->host_to_device.units.size());
+  kv.free(request_id(5));
 
   std::printf("\n== 3. radix cache with a user-written eviction policy ==\n");
   auto scenario = [](auto policy, const char* name) {

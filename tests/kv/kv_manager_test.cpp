@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -294,6 +295,55 @@ TEST_CASE("swap out and in produce coarse copy plans and reuse still-cached bloc
   CHECK_THROWS_AS(no_host.swap_out(request_id(1)), weft::error);
 }
 
+TEST_CASE("the prefix cache spans both tiers", "[kv][tier][prefix]") {
+  kv_manager<> kv(cfg(12, 32));     // 11 device blocks
+  const auto a = iota_tokens(100);  // 7 blocks, 6 full
+  REQUIRE(kv.allocate_prompt(request_id(1), a));
+  REQUIRE(kv.fork(request_id(1), request_id(2)));
+  const auto out1 = kv.swap_out(request_id(1));
+  REQUIRE(out1);
+  CHECK(out1->blocks == 7);
+  CHECK(kv.host_cache()->cached_blocks() == 6);
+  // The fork shares the 6 full blocks' content: its swap-out copies only its partial block.
+  const auto out2 = kv.swap_out(request_id(2));
+  REQUIRE(out2);
+  CHECK(out2->blocks == 1);
+  const auto h1 = kv.host_blocks(request_id(1)), h2 = kv.host_blocks(request_id(2));
+  for (std::size_t i = 0; i < 6; ++i) {
+    CHECK(h1[i] == h2[i]);
+    CHECK(kv.host_cache()->ref_count(block_id(h1[i].value())) == 2);
+  }
+  CHECK(h1[6] != h2[6]);
+  // Evict the device copies: a big unrelated prompt takes every device block.
+  REQUIRE(kv.allocate_prompt(request_id(3), iota_tokens(11 * 16, 50000)));
+  kv.free(request_id(3));
+  kv.free(request_id(1));
+  kv.free(request_id(2));  // host copies stay cached in the host tier
+  CHECK(kv.host_cache()->cached_blocks() == 6);
+  CHECK(kv.host_free_blocks() == 31);
+  // A new prompt with A's prefix misses on the device but finds it in the host tier.
+  auto b = iota_tokens(120);
+  std::fill(b.begin() + 96, b.end(), 5);
+  const auto r = kv.allocate_prompt(request_id(4), b);
+  REQUIRE(r);
+  CHECK(r->hit_blocks == 0);
+  CHECK(r->host_hit_blocks == 6);
+  CHECK(r->cached_tokens == 96);
+  CHECK(r->host_to_device.blocks == 6);
+  CHECK(r->host_to_device.direction == swap_direction::in);
+  std::size_t moved = 0;
+  for (const auto& u : r->host_to_device.units) moved += u.count;
+  CHECK(moved == 6);
+  const auto dev = kv.blocks(request_id(4));
+  CHECK(r->host_to_device.units.front().device_first == dev[0]);
+  // Copied-in blocks are device cache entries again.
+  const auto again = kv.allocate_prompt(request_id(5), b);
+  REQUIRE(again);
+  CHECK(again->hit_blocks == 7);
+  CHECK(again->host_hit_blocks == 0);
+  CHECK(again->host_to_device.units.empty());
+}
+
 TEST_CASE("swap plans group consecutive ids and respect the unit cap", "[kv][tier]") {
   const std::vector<block_id> d{block_id(3), block_id(4), block_id(5), block_id(9), block_id(10)};
   const std::vector<host_block_id> h{host_block_id(1), host_block_id(2), host_block_id(7), host_block_id(8),
@@ -322,6 +372,14 @@ TEST_CASE("kv_manager bad input: clear errors, nothing changes", "[kv][manager][
   CHECK_THROWS_WITH(kv.allocate_prompt(request_id(1), iota_tokens(5)), Catch::Contains("already allocated"));
   CHECK_THROWS_AS(kv.allocate_prompt(request_id(2), std::vector<token_id>{}), weft::error);
   CHECK_THROWS_AS(kv.allocate_prompt(request_id::invalid(), iota_tokens(3)), weft::error);
+  const multimodal_item outside{1, 15, 10};
+  request_options mm;
+  mm.media = std::span<const multimodal_item>(&outside, 1);
+  CHECK_THROWS_WITH(kv.allocate_prompt(request_id(9), iota_tokens(20), mm), Catch::Contains("outside the prompt"));
+  const std::array<multimodal_item, 2> unsorted{multimodal_item{1, 10, 2}, multimodal_item{2, 3, 2}};
+  mm.media = unsorted;
+  CHECK_THROWS_WITH(kv.allocate_prompt(request_id(9), iota_tokens(20), mm), Catch::Contains("sorted by offset"));
+  CHECK_FALSE(kv.contains(request_id(9)));
   kv.free(request_id(1));
   CHECK_THROWS_WITH(kv.free(request_id(1)), Catch::Contains("request 1 is not allocated"));
   CHECK_THROWS_AS(kv.append(request_id(1), 1), weft::error);  // appending to a freed sequence
@@ -331,4 +389,28 @@ TEST_CASE("kv_manager bad input: clear errors, nothing changes", "[kv][manager][
   CHECK_THROWS_AS(kv.blocks(request_id(1)), weft::error);
   CHECK(kv.used_blocks() == used - 2);
   CHECK(kv.free_blocks() == 7);
+}
+
+TEST_CASE("admission controller: watermark and quotas", "[kv][admission]") {
+  admission_controller a(3);
+  CHECK(a.fits(7, 10));
+  CHECK_FALSE(a.fits(8, 10));
+  CHECK_FALSE(a.fits(11, 10));
+  const tenant_id t(1), u(2);
+  CHECK(a.within_quota(t, 1'000'000));  // no quota: unlimited
+  a.set_quota(t, 4);
+  CHECK(a.within_quota(t, 4));
+  CHECK_FALSE(a.within_quota(t, 5));
+  a.charge(t, 3);
+  CHECK(a.usage(t) == 3);
+  CHECK_FALSE(a.within_quota(t, 2));
+  CHECK(a.within_quota(u, 100));
+  CHECK_THROWS_AS(a.refund(t, 4), weft::error);  // more than it holds
+  CHECK(a.usage(t) == 3);
+  CHECK_THROWS_AS(a.refund(u, 1), weft::error);
+  CHECK_THROWS_AS(a.set_quota(tenant_id::invalid(), 1), weft::error);
+  a.refund(t, 3);
+  CHECK(a.usage(t) == 0);
+  a.charge(tenant_id::invalid(), 5);  // not accounted
+  CHECK(a.within_quota(tenant_id::invalid(), 1'000'000));
 }

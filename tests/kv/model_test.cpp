@@ -146,6 +146,16 @@ void check_invariants(const kv_manager<>& kv, const std::map<std::uint64_t, mode
     REQUIRE(kv.num_tokens(id) == m.num_tokens);
     if (swapped) {
       REQUIRE(t.num_blocks() == 0);
+      const auto hb = kv.host_blocks(id);
+      REQUIRE(hb.size() == (m.num_tokens + bs - 1) / bs);
+      for (std::size_t i = 0; m.known && i < hb.size() && (i + 1) * bs <= m.tokens.size(); ++i) {
+        if (const auto key = kv.host_cache()->key_of(block_id(hb[i].value()))) {
+          const content c{m.salt, std::vector<token_id>(m.tokens.begin(), m.tokens.begin() + (i + 1) * bs)};
+          const auto [it, inserted] = seen_keys.emplace(*key, c);
+          REQUIRE(it->second == c);  // host copies hold what their key says
+          (void)inserted;
+        }
+      }
       return;
     }
     REQUIRE(t.num_tokens() == m.num_tokens);
@@ -174,6 +184,18 @@ void check_invariants(const kv_manager<>& kv, const std::map<std::uint64_t, mode
     if (const auto key = kv.cache().key_of(id)) REQUIRE(kv.cache().find(*key) == id);  // keys unique
   }
   REQUIRE(kv.free_blocks() + referenced == kv.usable_blocks());
+  // The host tier obeys the same rules: ref counts equal swapped requests' references.
+  if (const auto* host = kv.host_cache()) {
+    std::vector<std::uint32_t> host_live(host->pool().capacity(), 0);
+    kv.for_each_request([&](request_id id, const block_table&, bool swapped) {
+      if (swapped)
+        for (const host_block_id h : kv.host_blocks(id)) ++host_live[h.value()];
+    });
+    for (std::uint32_t b = 1; b < host->pool().capacity(); ++b) {
+      REQUIRE(host->ref_count(block_id(b)) == host_live[b]);
+      if (const auto key = host->key_of(block_id(b))) REQUIRE(host->find(*key) == block_id(b));
+    }
+  }
 }
 
 }  // namespace
@@ -194,7 +216,7 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
     for (auto& d : docs)
       for (int i = 0; i < 40; ++i) d.push_back(static_cast<token_id>(rng() % 5));
     std::uint64_t next_id = 1;
-    std::size_t hits = 0, failures = 0;
+    std::size_t hits = 0, failures = 0, host_hits = 0;
     auto pick = [&]() -> std::uint64_t {
       auto it = model.begin();
       std::advance(it, static_cast<long>(rng() % model.size()));
@@ -215,6 +237,8 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
           REQUIRE(r->cached_tokens % c.block_size == 0);
           REQUIRE(r->cached_tokens < prompt.size());
           hits += r->cached_tokens;
+          host_hits += r->host_hit_blocks;
+          REQUIRE(r->host_to_device.blocks == r->host_hit_blocks);
           model[id.value()] = model_request{prompt, true, o.cache_salt, prompt.size(), false};
         } else {
           ++failures;
@@ -273,8 +297,9 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
       }
       check_invariants(kv, model, seen_keys);
     }
-    CHECK(hits > 0);      // the workload exercised the cache
-    CHECK(failures > 0);  // and the all-or-nothing paths
+    CHECK(hits > 0);       // the workload exercised the cache
+    CHECK(host_hits > 0);  // including the host half
+    CHECK(failures > 0);   // and the all-or-nothing paths
     for (const auto& [id, m] : model) kv.free(request_id(id));
     CHECK(kv.used_blocks() == 0);
     CHECK(kv.host_free_blocks() == c.host_blocks - 1);

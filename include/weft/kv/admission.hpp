@@ -50,6 +50,7 @@ class admission_controller {
   }
   /// Whether tenant t may hold `blocks` more. O(1).
   bool within_quota(tenant_id t, std::size_t blocks) const {
+    if (!t.valid() || tenants_.empty()) return true;
     auto it = tenants_.find(t);
     if (it == tenants_.end()) return true;
     return blocks <= it->second.quota - it->second.used;

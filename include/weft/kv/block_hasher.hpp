@@ -80,7 +80,6 @@ void extend_block_keys(std::span<const token_id> tokens, std::size_t block_size,
   const std::size_t full = tokens.size() / block_size;
   expects(keys.size() <= full, errc::invalid_argument, "weft::kv::extend_block_keys", "keys.size() ", keys.size(),
           " exceeds the ", full, " full blocks of ", tokens.size(), " tokens");
-  keys.reserve(full);
   std::array<std::uint64_t, 16> extra{};
   for (std::size_t b = keys.size(); b < full; ++b) {
     std::size_t n = 0;

@@ -45,11 +45,15 @@ struct request_options {
 };
 
 /// What allocate_prompt did: the engine skips computing the first cached_tokens tokens (their KV is
-/// already in the hit blocks) and runs prefill on the rest.
+/// already in the hit blocks, or arrives by host_to_device) and runs prefill on the rest.
 struct prompt_allocation {
-  std::size_t cached_tokens = 0;  ///< leading prompt tokens whose KV is reused (a multiple of block_size)
-  std::size_t hit_blocks = 0;     ///< blocks shared from the prefix cache
-  std::size_t new_blocks = 0;     ///< blocks freshly allocated
+  std::size_t cached_tokens = 0;    ///< leading prompt tokens whose KV is reused (a multiple of block_size)
+  std::size_t hit_blocks = 0;       ///< blocks shared from the device prefix cache
+  std::size_t host_hit_blocks = 0;  ///< following blocks found in the host tier (copied in, not recomputed)
+  std::size_t new_blocks = 0;       ///< blocks freshly allocated (the host hits' device blocks included)
+  /// Host-to-device copies the engine runs before prefill: the host hits' KV into their new device
+  /// blocks. Empty without a host tier.
+  swap_plan host_to_device{swap_direction::in, {}, 0};
 };
 
 /// Cumulative prefix-cache statistics over prompt allocations.
@@ -62,6 +66,9 @@ struct prefix_stats {
 };
 
 /// Drives the KV blocks of every request of one engine (one model replica, one cache tensor).
+/// With a host tier (kv_config::host_blocks), the prefix cache spans both tiers: swapped-out full
+/// blocks stay cached in host memory (LRU) and a prompt whose prefix continues there gets those
+/// blocks copied in (prompt_allocation::host_to_device) instead of recomputed.
 ///
 /// Typical scheduler loop:
 ///   admit:   if (auto a = kv.allocate_prompt(id, prompt, opts)) prefill from a->cached_tokens;
@@ -81,7 +88,7 @@ class kv_manager {
 
   explicit kv_manager(const kv_config& config, Hasher hasher = Hasher{})
       : config_(validated(config)), cache_(config.num_blocks, config.block_size, hasher) {
-    if (config.host_blocks > 0) host_ = std::make_unique<host_tier>(config.host_blocks);
+    if (config.host_blocks > 0) host_ = std::make_unique<cache_type>(config.host_blocks, config.block_size, hasher);
     admission_.set_watermark_blocks(
         static_cast<std::size_t>(std::floor(config.watermark * static_cast<double>(cache_.pool().usable_blocks()))));
   }
@@ -93,6 +100,9 @@ class kv_manager {
   std::size_t usable_blocks() const noexcept { return cache_.pool().usable_blocks(); }
   std::size_t watermark_blocks() const noexcept { return admission_.watermark_blocks(); }
   std::size_t host_free_blocks() const noexcept { return host_ ? host_->free_blocks() : 0; }
+  /// The host tier: a hashed_prefix_cache over host block ids (stored as block_id values), or
+  /// nullptr without one. Its keyed blocks are the host half of the two-tier prefix cache.
+  const cache_type* host_cache() const noexcept { return host_.get(); }
   std::size_t num_requests() const noexcept { return requests_.size(); }
   const kv_config& config() const noexcept { return config_; }
   const prefix_stats& stats() const noexcept { return stats_; }
@@ -124,13 +134,22 @@ class kv_manager {
   /// Allocates blocks for a new request's prompt, reusing cached blocks of its longest cached
   /// prefix (never the block holding the last prompt token: it must be computed to produce logits).
   /// Returns nullopt, changing nothing, when the blocks (plus watermark) or the tenant's quota are
-  /// not available. Throws for an empty prompt or an id already in use. O(prompt tokens).
+  /// not available. Throws for an empty prompt, an id already in use, or media outside the prompt
+  /// or out of order. O(prompt tokens).
   std::optional<prompt_allocation> allocate_prompt(request_id id, std::span<const token_id> prompt,
                                                    const request_options& options = {}) {
     constexpr const char* where = "weft::kv::kv_manager::allocate_prompt";
     expects(id.valid(), errc::invalid_argument, where, "request id is invalid()");
     expects(!requests_.contains(id), errc::already_exists, where, "request ", id, " is already allocated");
     expects(!prompt.empty(), errc::invalid_argument, where, "request ", id, " has an empty prompt");
+    for (std::size_t i = 0; i < options.media.size(); ++i) {
+      const multimodal_item& m = options.media[i];
+      expects(m.offset <= prompt.size() && m.length <= prompt.size() - m.offset, errc::invalid_argument, where,
+              "multimodal item ", i, " spans tokens [", m.offset, ", ", m.offset + m.length, ") outside the prompt of ",
+              prompt.size(), " tokens");
+      expects(i == 0 || options.media[i - 1].offset <= m.offset, errc::invalid_argument, where, "multimodal item ", i,
+              " starts before item ", i - 1, "; media must be sorted by offset");
+    }
     prompt_plan p = plan(prompt, options);
     if (!p.ok) return std::nullopt;
 
@@ -142,16 +161,23 @@ class kv_manager {
     for (const block_id b : hits_) cache_.acquire(b);  // before allocating: never evict our own hits
     r.table.adopt(hits_);
     fresh_.clear();
-    cache_.allocate(p.new_blocks, fresh_);  // cannot fail: plan() checked free blocks
+    cache_.allocate(p.new_blocks, fresh_);    // cannot fail: plan() checked free blocks
+    std::sort(fresh_.begin(), fresh_.end());  // ascending ids make longer copy units
     r.table.adopt(fresh_);
+    prompt_allocation result{(hits_.size() + host_hits_.size()) * block_size(), hits_.size(), host_hits_.size(),
+                             p.new_blocks};
+    // No host block is allocated in this call, so the host hits cannot be evicted before the copy.
+    result.host_to_device =
+        make_swap_plan(swap_direction::in, std::span<const block_id>(fresh_).first(host_hits_.size()), host_hits_,
+                       config_.max_copy_unit_blocks);
     r.table.advance(prompt.size());
     r.tokens.assign(prompt.begin(), prompt.end());
     commit_full_blocks(r);
     admission_.charge(options.tenant, r.table.num_blocks());
     requests_.emplace(id, std::move(r));
     stats_.queried_tokens += prompt.size();
-    stats_.hit_tokens += hits_.size() * block_size();
-    return prompt_allocation{hits_.size() * block_size(), hits_.size(), p.new_blocks};
+    stats_.hit_tokens += result.cached_tokens;
+    return result;
   }
 
   /// Appends decoded tokens to a running request (their KV is written this step). All-or-nothing:
@@ -208,7 +234,7 @@ class kv_manager {
     auto it = find(id, "weft::kv::kv_manager::free");
     request& r = it->second;
     if (r.swapped) {
-      for (const host_block_id h : r.host_blocks) host_->release(h);
+      for (const host_block_id h : r.host_blocks) host_->release(block_id(h.value()));
     } else {
       admission_.refund(r.options.tenant, r.table.num_blocks());
       r.table.release(cache_);
@@ -217,18 +243,47 @@ class kv_manager {
   }
 
   /// Preempts a running request to the host tier: returns the device-to-host copy plan (coarse
-  /// units) and releases its device blocks (cached ones stay reusable). nullopt, changing nothing,
-  /// when the host tier lacks room. Throws when there is no host tier or the request is unknown or
-  /// already swapped. O(blocks).
+  /// units) and releases its device blocks (cached ones stay reusable on the device). Full blocks
+  /// whose content the host tier already holds are shared there, not copied (plan.blocks counts
+  /// only the copies); the host copies of full blocks become host-tier prefix-cache entries that
+  /// later prompts can copy in. nullopt, changing nothing, when the host tier lacks room. Throws when
+  /// there is no host tier or the request is unknown or already swapped. O(blocks).
   std::optional<swap_plan> swap_out(request_id id) {
     constexpr const char* where = "weft::kv::kv_manager::swap_out";
     request& r = get(id, where);
     expects(host_ != nullptr, errc::unsupported, where, "no host tier: set kv_config::host_blocks");
     expects(!r.swapped, errc::precondition, where, "request ", id, " is already swapped out");
-    std::vector<host_block_id> hb;
-    if (!host_->allocate(r.table.num_blocks(), hb)) return std::nullopt;
-    std::sort(hb.begin(), hb.end());  // fresh blocks can go anywhere: ascending ids make longer units
-    swap_plan p = make_swap_plan(swap_direction::out, r.table.blocks(), hb, config_.max_copy_unit_blocks);
+    // Full blocks whose content the host tier already caches (a shared prefix swapped out before)
+    // are shared there, not copied again. Take them before allocating so allocation cannot evict them.
+    const std::size_t n = r.table.num_blocks();
+    std::vector<block_id> host(n, block_id::invalid());
+    std::size_t hit = 0, revive = 0;
+    for (std::size_t i = 0; i < n && i < r.committed; ++i) {
+      if (const auto h = host_->find(r.keys[i])) {
+        host[i] = *h;
+        ++hit;
+        if (host_->is_free(*h)) ++revive;
+      }
+    }
+    if (n - hit + revive > host_->free_blocks()) return std::nullopt;
+    for (const block_id h : host)
+      if (h.valid()) host_->acquire(h);
+    fresh_.clear();
+    host_->allocate(n - hit, fresh_);
+    std::sort(fresh_.begin(), fresh_.end());  // ascending ids make longer copy units
+    std::vector<block_id> copy_dev;
+    std::vector<host_block_id> copy_host;
+    const auto dev = r.table.blocks();
+    for (std::size_t i = 0, f = 0; i < n; ++i) {
+      if (host[i].valid()) continue;
+      host[i] = fresh_[f++];
+      copy_dev.push_back(dev[i]);
+      copy_host.push_back(host_block_id(host[i].value()));
+      if (i < r.committed) host_->commit(host[i], r.keys[i]);
+    }
+    swap_plan p = make_swap_plan(swap_direction::out, copy_dev, copy_host, config_.max_copy_unit_blocks);
+    std::vector<host_block_id> hb(n);
+    for (std::size_t i = 0; i < n; ++i) hb[i] = host_block_id(host[i].value());
     r.swapped_tokens = r.table.num_tokens();
     admission_.refund(r.options.tenant, r.table.num_blocks());
     r.table.release(cache_);
@@ -276,7 +331,7 @@ class kv_manager {
       }
     }
     swap_plan p = make_swap_plan(swap_direction::in, copy_dev, copy_host, config_.max_copy_unit_blocks);
-    for (const host_block_id h : r.host_blocks) host_->release(h);
+    for (const host_block_id h : r.host_blocks) host_->release(block_id(h.value()));
     r.host_blocks.clear();
     r.table.adopt(device);
     r.table.advance(r.swapped_tokens);
@@ -304,6 +359,10 @@ class kv_manager {
   /// Flat slots of tokens [first, first + out.size()). See block_table::slot_mapping. O(out.size()).
   void slot_mapping(request_id id, std::size_t first, std::span<std::int64_t> out) const {
     get(id, "weft::kv::kv_manager::slot_mapping").table.slot_mapping(first, out);
+  }
+  /// Host blocks of a swapped request, in logical order (empty while running). O(1).
+  std::span<const host_block_id> host_blocks(request_id id) const {
+    return get(id, "weft::kv::kv_manager::host_blocks").host_blocks;
   }
   /// Visits every live request as (request_id, const block_table&, bool swapped). O(requests).
   template <class F>
@@ -348,10 +407,20 @@ class kv_manager {
   prompt_plan plan(std::span<const token_id> prompt, const request_options& options) {
     prompt_plan p;
     hits_.clear();
+    host_hits_.clear();
     if (config_.enable_prefix_caching) {
       cache_.extend_keys(prompt, key_options{options.cache_salt, options.adapter_id, options.media}, p.keys);
       const std::size_t max_hit = std::min(p.keys.size(), (prompt.size() - 1) / block_size());
       cache_.match(std::span<const block_key>(p.keys).first(max_hit), &hits_);
+      host_hits_.clear();
+      if (host_) {
+        // The prefix continues in the host tier: those blocks are copied in instead of recomputed.
+        for (std::size_t i = hits_.size(); i < max_hit; ++i) {
+          const auto h = host_->find(p.keys[i]);
+          if (!h) break;
+          host_hits_.push_back(host_block_id(h->value()));
+        }
+      }
     }
     std::size_t revive = 0;
     for (const block_id b : hits_) revive += cache_.is_free(b) ? 1 : 0;
@@ -373,6 +442,7 @@ class kv_manager {
 
   void commit_full_blocks(request& r) {
     if (!config_.enable_prefix_caching || !r.tokens_known) return;
+    if (r.tokens.size() / block_size() == r.committed) return;  // no block filled up: nothing to hash
     cache_.extend_keys(r.tokens, key_options{r.options.cache_salt, r.options.adapter_id, r.media}, r.keys);
     const auto blocks = r.table.blocks();
     for (; r.committed < r.keys.size(); ++r.committed) cache_.commit(blocks[r.committed], r.keys[r.committed]);
@@ -394,11 +464,12 @@ class kv_manager {
 
   kv_config config_;
   cache_type cache_;
-  std::unique_ptr<host_tier> host_;
+  std::unique_ptr<cache_type> host_;  // host tier: same structure over host block ids
   admission_controller admission_;
   std::unordered_map<request_id, request> requests_;
-  std::vector<block_id> hits_;   // scratch: prefix hits of the call in progress
-  std::vector<block_id> fresh_;  // scratch: fresh blocks of the call in progress
+  std::vector<block_id> hits_;            // scratch: prefix hits of the call in progress
+  std::vector<block_id> fresh_;           // scratch: fresh blocks of the call in progress
+  std::vector<host_block_id> host_hits_;  // scratch: host-tier prefix hits of the call in progress
   prefix_stats stats_;
 };
 

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs the kv benchmark and plots it: bench/kv/run.sh <build-dir> [trace.csv]
+#   e.g. cmake --preset release && cmake --build build/release --target bench_kv_kv && bench/kv/run.sh build/release
+set -euo pipefail
+build=${1:?usage: run.sh <build-dir> [trace.csv]}
+here=$(cd "$(dirname "$0")" && pwd)
+out="$build/bench-results"
+mkdir -p "$out"
+"$build/bench/bench_kv_kv" ${2:+"$2"} | tee "$out/kv_bench.txt"
+# The PNG needs matplotlib (python3-matplotlib); use the first python3 that has it.
+for py in python3 /usr/bin/python3; do
+  if "$py" -c "import matplotlib" 2>/dev/null; then
+    exec "$py" "$here/plot.py" "$out/kv_bench.csv" "$out/kv_bench.png"
+  fi
+done
+echo "run.sh: no python3 with matplotlib found; CSV is at $out/kv_bench.csv" >&2
