@@ -1,0 +1,25 @@
+// weft::sched umbrella: fair queues, KV-aware batch schedulers and the serving simulator.
+// Include single headers instead to keep compile times down.
+#pragma once
+
+#include <weft/sched/aging_priority_queue.hpp>
+#include <weft/sched/any_batch_scheduler.hpp>
+#include <weft/sched/any_fair_queue.hpp>
+#include <weft/sched/batch.hpp>
+#include <weft/sched/block_kv_manager.hpp>
+#include <weft/sched/concepts.hpp>
+#include <weft/sched/drr_queue.hpp>
+#include <weft/sched/fcfs_queue.hpp>
+#include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/prefix_aware_queue.hpp>
+#include <weft/sched/prefix_group_queue.hpp>
+#include <weft/sched/request.hpp>
+#include <weft/sched/slo_priority_queue.hpp>
+#include <weft/sched/victim_policy.hpp>
+#include <weft/sched/vtc_queue.hpp>
+#include <weft/sched/wfq_queue.hpp>
+#include <weft/sched/sim/cost_model.hpp>
+#include <weft/sched/sim/metrics.hpp>
+#include <weft/sched/sim/simulator.hpp>
+#include <weft/sched/sim/workload.hpp>
+#include <weft/sched/sim/cluster.hpp>

@@ -1,0 +1,73 @@
+// What a batch scheduler hands the engine each iteration (Orca's iteration-level batch): which
+// requests run, how many prompt tokens each prefills, which decode, and the KV moves (swap, recompute)
+// that the iteration must pay for. Also the KV transfer record and the victim candidate view.
+#pragma once
+
+#include <weft/sched/request.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace weft::sched {
+
+/// Bytes moved between tiers or instances. copy_units is the number of separate copies issued
+/// (a block each for a naive copier; FastSwitch-style coarse units group contiguous blocks), which
+/// a cost model charges a fixed launch overhead per unit.
+struct kv_transfer {
+  request_id id{};
+  std::int64_t blocks = 0;
+  std::int64_t copy_units = 0;
+  std::int64_t bytes = 0;
+};
+
+/// One request's share of an iteration.
+struct batch_entry {
+  request_id id{};
+  client_id client{};
+  std::int64_t prefill_tokens = 0;  ///< prompt (or recompute) tokens computed this iteration
+  std::int64_t decode_tokens = 0;   ///< 1 for a decode step, 0 otherwise
+  std::int64_t context_tokens = 0;  ///< tokens whose KV this entry reads (attention), after the step
+  bool emits_token = false;         ///< true when this step produces an output token
+};
+
+/// An iteration. Invariants: prefill_tokens and decode_tokens are the sums over entries; every id
+/// appears at most once.
+struct batch {
+  std::vector<batch_entry> entries;
+  std::int64_t prefill_tokens = 0;
+  std::int64_t decode_tokens = 0;
+  std::vector<kv_transfer> swapped_out;         ///< device -> host before the iteration
+  std::vector<kv_transfer> swapped_in;          ///< host -> device before the iteration
+  std::vector<request_id> preempted_recompute;  ///< KV dropped; the request will prefill again
+  std::vector<request_id> aborted;              ///< cannot fit in KV even alone; the engine ends them
+
+  bool empty() const noexcept { return entries.empty(); }
+  std::int64_t tokens() const noexcept { return prefill_tokens + decode_tokens; }
+  void clear() noexcept {
+    entries.clear();
+    prefill_tokens = decode_tokens = 0;
+    swapped_out.clear();
+    swapped_in.clear();
+    preempted_recompute.clear();
+    aborted.clear();
+  }
+};
+
+/// How a victim policy sees a running request.
+struct victim_candidate {
+  request_id id{};
+  client_id client{};
+  int priority = 0;
+  double arrival_s = 0.0;
+  int preemptions = 0;         ///< times this request was preempted already
+  std::int64_t kv_blocks = 0;  ///< device blocks it holds
+  std::int64_t generated = 0;  ///< output tokens produced so far
+};
+
+/// How a running request is preempted when KV runs out.
+enum class preemption_mode {
+  recompute,  ///< drop its KV; prefill prompt + generated tokens again later (vLLM's default)
+  swap,       ///< copy its KV to the host tier; copy back before it resumes
+};
+
+}  // namespace weft::sched

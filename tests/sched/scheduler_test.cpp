@@ -1,0 +1,224 @@
+#include "harness.hpp"
+
+#include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/prefix_aware_queue.hpp>
+#include <weft/sched/slo_priority_queue.hpp>
+#include <weft/sched/vtc_queue.hpp>
+
+#include <random>
+#include <map>
+#include <set>
+
+using namespace weft::sched;
+
+namespace {
+
+std::vector<test::job> random_jobs(std::uint32_t seed, int n, std::int64_t max_prompt = 600,
+                                   std::int64_t max_out = 120) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int64_t> p(1, max_prompt), o(1, max_out);
+  std::vector<test::job> jobs;
+  for (int i = 0; i < n; ++i) {
+    test::job j;
+    j.req.id = request_id(static_cast<std::uint64_t>(i + 1));
+    j.req.client = client_id(static_cast<std::uint32_t>(i % 3));
+    j.req.prompt_tokens = p(rng);
+    j.output = o(rng);
+    jobs.push_back(j);
+  }
+  return jobs;
+}
+
+block_kv_manager kv_of(std::int64_t blocks, std::int64_t host = 0) {
+  block_kv_manager::options o;
+  o.device_blocks = blocks;
+  o.host_blocks = host;
+  o.block_tokens = 16;
+  return block_kv_manager(o);
+}
+
+// Checks Sarathi's two rules on every batch: the token budget holds, and every request that emitted a
+// token last iteration and did not finish decodes in this one (unless it was preempted now).
+struct stall_free_checker {
+  std::int64_t budget;
+  std::map<request_id, std::int64_t> remaining;  // true output tokens still to come
+  std::set<request_id> decoding;
+  std::int64_t violations = 0;
+  std::int64_t over_budget = 0;
+  void operator()(const batch& b) {
+    if (b.tokens() > budget) ++over_budget;
+    std::set<request_id> in_batch, preempted(b.preempted_recompute.begin(), b.preempted_recompute.end());
+    for (const auto& t : b.swapped_out) preempted.insert(t.id);
+    for (const auto& e : b.entries) in_batch.insert(e.id);
+    for (request_id id : decoding)
+      if (!in_batch.count(id) && !preempted.count(id)) ++violations;
+    decoding.clear();
+    for (const auto& e : b.entries)
+      if (e.emits_token && --remaining[e.id] > 0) decoding.insert(e.id);
+  }
+  static std::map<request_id, std::int64_t> outputs(const std::vector<test::job>& jobs) {
+    std::map<request_id, std::int64_t> m;
+    for (const auto& j : jobs) m[j.req.id] = j.output;
+    return m;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("chunked prefill keeps the budget, never stalls a decode and completes every request", "[sched][chunked]") {
+  for (std::uint32_t seed = 1; seed <= 5; ++seed) {
+    CAPTURE(seed);
+    const auto jobs = random_jobs(seed, 200);
+    iteration_scheduler<vtc_queue> s(chunked_prefill(256, 64), vtc_queue{}, kv_of(2048));
+    stall_free_checker check{256, stall_free_checker::outputs(jobs), {}, 0, 0};
+    std::set<request_id> finished_seen;
+    const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) {
+      check(b);
+      for (const auto& e : b.entries) CHECK(e.prefill_tokens + e.decode_tokens >= 1);
+    });
+    CHECK(check.over_budget == 0);
+    CHECK(check.violations == 0);
+    CHECK(out.completed == 200);
+    CHECK(out.empty_iterations_with_work == 0);  // work conservation
+    CHECK(s.idle());
+    CHECK(s.kv().free_blocks() == 2048);
+  }
+}
+
+TEST_CASE("decodes are never stalled even when KV pressure preempts", "[sched][chunked][preemption]") {
+  for (auto mode : {preemption_mode::recompute, preemption_mode::swap}) {
+    const auto jobs = random_jobs(7, 150);
+    scheduler_options o = chunked_prefill(128, 32);
+    o.preemption = mode;
+    iteration_scheduler<> s(o, fcfs_queue{}, kv_of(160, 400));  // 2560 tokens: heavy preemption
+    stall_free_checker check{128, stall_free_checker::outputs(jobs), {}, 0, 0};
+    const auto out = test::run_jobs(
+        s, jobs, [&](const batch& b, auto&) { check(b); }, 200000);
+    CHECK(check.violations == 0);
+    CHECK(check.over_budget == 0);
+    CHECK(out.completed == 150);
+    CHECK(out.aborted == 0);
+    CHECK(out.empty_iterations_with_work == 0);
+    const auto& st = s.stats();
+    if (mode == preemption_mode::recompute) {
+      CHECK(st.preempted_recompute > 0);
+    } else {
+      CHECK(st.preempted_swap > 0);
+      CHECK(st.swapped_in == st.preempted_swap);
+    }
+  }
+}
+
+TEST_CASE("no livelock: preemption under a cache that fits two requests still finishes all", "[sched][preemption]") {
+  // 40 blocks = 640 tokens; requests of up to 300 + 200 tokens: at most one or two fit at a time.
+  const auto jobs = random_jobs(3, 60, 300, 200);
+  iteration_scheduler<> s(chunked_prefill(256, 16), fcfs_queue{}, kv_of(40));
+  const auto out = test::run_jobs(
+      s, jobs, [](const batch&, auto&) {}, 100000);
+  CHECK(out.completed == 60);
+  CHECK(out.iterations < 100000);
+  CHECK(s.stats().preempted_recompute > 0);
+}
+
+TEST_CASE("continuous batching prefills whole prompts", "[sched][orca]") {
+  const auto jobs = random_jobs(11, 80);
+  iteration_scheduler<> s(continuous_batching(32, 1024), fcfs_queue{}, kv_of(4096));
+  std::map<request_id, std::int64_t> prompt;
+  for (const auto& j : jobs) prompt[j.req.id] = j.req.prompt_tokens;
+  const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) {
+    for (const auto& e : b.entries)
+      if (e.prefill_tokens > 0) CHECK(e.prefill_tokens == prompt[e.id]);
+  });
+  CHECK(out.completed == 80);
+  CHECK(out.empty_iterations_with_work == 0);
+}
+
+TEST_CASE("cached prefixes are not prefilled again", "[sched][prefix]") {
+  std::vector<test::job> jobs;
+  for (std::uint64_t i = 1; i <= 6; ++i) {
+    test::job j;
+    j.req.id = request_id(i);
+    j.req.client = client_id(0);
+    j.req.prompt_tokens = 200;
+    j.req.prefix_id = 42;
+    j.req.prefix_tokens = 160;
+    j.output = 5;
+    jobs.push_back(j);
+  }
+  iteration_scheduler<prefix_aware_queue> s(chunked_prefill(512, 1), prefix_aware_queue{}, kv_of(256));
+  std::int64_t prefilled = 0;
+  const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
+  CHECK(out.completed == 6);
+  // First request prefills 200; the other five only their 40 private tokens.
+  CHECK(prefilled == 200 + 5 * 40);
+}
+
+TEST_CASE("inter-tenant preemption swaps out a lower priority tenant for an urgent one", "[sched][fastswitch]") {
+  scheduler_options o = chunked_prefill(512, 16);
+  o.inter_tenant_preemption = true;
+  o.preemption = preemption_mode::swap;
+  block_kv_manager::options kvo;
+  kvo.device_blocks = 64;
+  kvo.host_blocks = 256;
+  kvo.block_tokens = 16;
+  kvo.copy_unit_blocks = 8;
+  iteration_scheduler<slo_priority_queue> s(o, slo_priority_queue{}, block_kv_manager(kvo));
+  for (std::uint64_t i = 1; i <= 3; ++i) {
+    request r;
+    r.id = request_id(i);
+    r.client = client_id(0);
+    r.prompt_tokens = 300;  // 19 blocks each: 57 of 64 used
+    REQUIRE(s.submit(r, 0.0));
+  }
+  for (int it = 0; it < 3; ++it) {
+    const batch& b = s.schedule(0.0);
+    std::vector<request_id> none;
+    (void)b;
+    s.complete(none);
+  }
+  REQUIRE(s.running() == 3);
+  request vip;
+  vip.id = request_id(10);
+  vip.client = client_id(1);
+  vip.prompt_tokens = 200;
+  vip.priority = 5;
+  REQUIRE(s.submit(vip, 1.0));
+  const batch& b = s.schedule(1.0);
+  REQUIRE(b.swapped_out.size() >= 1);
+  CHECK(b.swapped_out.front().copy_units == (b.swapped_out.front().blocks + 7) / 8);
+  bool vip_in = false;
+  for (const auto& e : b.entries) vip_in = vip_in || e.id == vip.id;
+  CHECK(vip_in);
+  CHECK(s.stats().preempted_swap >= 1);
+}
+
+TEST_CASE("scheduler rejects bad input and stays usable", "[sched][errors]") {
+  CHECK_THROWS_AS(iteration_scheduler<>(chunked_prefill(0, 1)), weft::error);   // zero budget
+  CHECK_THROWS_AS(iteration_scheduler<>(chunked_prefill(8, 16)), weft::error);  // budget < batch
+  scheduler_options bad_watermark;
+  bad_watermark.watermark = 1.0;
+  CHECK_THROWS_AS(iteration_scheduler<>(bad_watermark), weft::error);
+  iteration_scheduler<vtc_queue> s(chunked_prefill(64, 4), vtc_queue{}, kv_of(16));
+  request r;
+  r.id = request_id(1);
+  r.client = client_id(0);
+  r.prompt_tokens = -3;
+  CHECK_THROWS_AS(s.submit(r, 0.0), weft::error);  // negative length
+  r.prompt_tokens = 10;
+  r.arrival_s = -1.0;
+  CHECK_THROWS_AS(s.submit(r, 0.0), weft::error);
+  r.arrival_s = 0.0;
+  request huge = r;
+  huge.id = request_id(2);
+  huge.prompt_tokens = 16 * 16 + 5;
+  CHECK_FALSE(s.submit(huge, 0.0));  // can never fit: an outcome, not an error
+  CHECK(s.stats().rejected == 1);
+  REQUIRE(s.submit(r, 0.0));
+  s.schedule(0.0);
+  const request_id unknown[] = {request_id(99)};
+  CHECK_THROWS_AS(s.complete(unknown), weft::error);
+  const request_id done[] = {request_id(1)};
+  s.complete(done);  // the failed call changed nothing: the prefill completes and the request ends
+  CHECK(s.idle());
+  CHECK(s.kv().free_blocks() == 16);
+}
