@@ -4,7 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work="$root/build/package"
-components=${WEFT_PACKAGE_COMPONENTS:-"core;kv"}
+components=${WEFT_PACKAGE_COMPONENTS:-"kv;sched"}
 rm -rf "$work"
 mkdir -p "$work"
 quiet() { "$@" > "$work/last.log" 2>&1 || { cat "$work/last.log"; echo "FAILED: $*" >&2; exit 1; }; }

@@ -34,5 +34,12 @@ int main() {
               second->cached_tokens == 48 ? "ok" : "WRONG");
   if (second->cached_tokens != 48) return 1;
 #endif
+#if defined(WEFT_CONSUMER_HAS_SCHED)
+  // VTC serves the client with the smaller virtual counter first.
+  weft::sched::vtc_queue vtc;
+  static_assert(weft::sched::fair_queue<weft::sched::vtc_queue>);
+  std::printf("sched consumer: vtc_queue empty = %d -> %s\n", vtc.empty() ? 1 : 0, vtc.empty() ? "ok" : "WRONG");
+  if (!vtc.empty()) return 1;
+#endif
   return 0;
 }
