@@ -17,9 +17,9 @@ using namespace weft::coding;
 namespace {
 
 struct fixture {
-  std::vector<std::vector<float>> partial;    // k partial gradients
-  std::vector<double> truth;                  // their sum, in double
-  std::vector<std::vector<float>> messages;   // one per worker
+  std::vector<std::vector<float>> partial;   // k partial gradients
+  std::vector<double> truth;                 // their sum, in double
+  std::vector<std::vector<float>> messages;  // one per worker
 };
 
 fixture make(const linear_code& code, std::size_t dim, std::uint64_t seed) {

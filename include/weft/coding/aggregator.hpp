@@ -69,8 +69,8 @@ result<aggregate_report> aggregate(const Code& code, Channel& channel, std::uint
     for (std::size_t j : code.assignment(m->worker)) covered += coverage[j]++ == 0 ? 1 : 0;
     // An exact code is tried as soon as every partition is held by an arrived worker (necessary
     // for decoding; fractional repetition often decodes before n - s arrive), and always at n - s.
-    const bool try_now = exact ? (covered == coverage.size() || have.size() + code.stragglers() >= n)
-                               : have.size() >= wait_for;
+    const bool try_now =
+        exact ? (covered == coverage.size() || have.size() + code.stragglers() >= n) : have.size() >= wait_for;
     if (try_now) dec = code.try_decoder(have);
   }
   const auto decodable_at = std::chrono::steady_clock::now();

@@ -66,8 +66,8 @@ inline void decode(const decoder& d, std::span<const std::span<const float>> mes
   expects(messages.size() == d.weights.size(), errc::invalid_argument, ctx, "decoder has ", d.weights.size(),
           " survivors but ", messages.size(), " messages were given");
   for (std::size_t i = 0; i < messages.size(); ++i)
-    expects(messages[i].size() == out.size(), errc::invalid_argument, ctx, "message ", i, " (worker ",
-            d.survivors[i], ") has ", messages[i].size(), " elements, output has ", out.size());
+    expects(messages[i].size() == out.size(), errc::invalid_argument, ctx, "message ", i, " (worker ", d.survivors[i],
+            ") has ", messages[i].size(), " elements, output has ", out.size());
   detail::weighted_sum(d.weights, messages, out);
 }
 

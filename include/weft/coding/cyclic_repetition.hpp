@@ -93,7 +93,8 @@ inline Eigen::MatrixXd mds_columns(const Eigen::MatrixXd& gen, std::size_t s) {
   if (worst < 1e-3) {
     Eigen::VectorXd x(static_cast<Eigen::Index>(n));
     for (std::size_t i = 0; i < n; ++i)
-      x(static_cast<Eigen::Index>(i)) = std::cos(std::numbers::pi * (static_cast<double>(i) + 0.5) / static_cast<double>(n));
+      x(static_cast<Eigen::Index>(i)) =
+          std::cos(std::numbers::pi * (static_cast<double>(i) + 0.5) / static_cast<double>(n));
     d = scales_for(x, worst);
   }
   expects(worst >= 1e-3, errc::unsupported, "weft::coding::cyclic_repetition",
@@ -122,7 +123,8 @@ inline Eigen::MatrixXd tandon_random_rows(std::size_t n, std::size_t s, std::uin
   Eigen::MatrixXd b = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
   for (std::size_t i = 0; i < n; ++i) {
     Eigen::MatrixXd window(static_cast<Eigen::Index>(s), static_cast<Eigen::Index>(s + 1));
-    for (std::size_t c = 0; c <= s; ++c) window.col(static_cast<Eigen::Index>(c)) = h.col(static_cast<Eigen::Index>((i + c) % n));
+    for (std::size_t c = 0; c <= s; ++c)
+      window.col(static_cast<Eigen::Index>(c)) = h.col(static_cast<Eigen::Index>((i + c) % n));
     Eigen::VectorXd v;
     if (s == 0) {
       v = Eigen::VectorXd::Ones(1);

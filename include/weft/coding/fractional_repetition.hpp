@@ -30,8 +30,8 @@ inline linear_code fractional_repetition(std::size_t n, std::size_t s) {
       b(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = 1.0;
     }
   }
-  return linear_code("fractional_repetition(n=" + std::to_string(n) + ",s=" + std::to_string(s) + ")",
-                     std::move(b), std::move(assignment), s);
+  return linear_code("fractional_repetition(n=" + std::to_string(n) + ",s=" + std::to_string(s) + ")", std::move(b),
+                     std::move(assignment), s);
 }
 
 }  // namespace weft::coding

@@ -65,7 +65,7 @@ class inproc_channel {
   static constexpr std::uint64_t no_step = ~std::uint64_t{0};
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<coded_message> queue_;                      // guarded by mutex_
+  std::deque<coded_message> queue_;                         // guarded by mutex_
   std::vector<std::atomic<std::uint64_t>> cancelled_step_;  // per worker: last cancelled step
 };
 

@@ -110,8 +110,8 @@ class linear_code {
       }
       for (std::size_t j = 0; j < k; ++j)
         expects(held[j] || b_(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) == 0.0,
-                errc::invalid_argument, ctx, "B(", i, ", ", j, ") = ",
-                b_(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)), " but worker ", i,
+                errc::invalid_argument, ctx, "B(", i, ", ", j,
+                ") = ", b_(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)), " but worker ", i,
                 " does not hold partition ", j);
     }
   }
@@ -158,8 +158,8 @@ class linear_code {
     survivor_set f(survivors, n_workers());
     if (kind_ == code_kind::exact)
       expects(f.size() + s_ >= n_workers(), errc::invalid_argument, ctx, "survivor set has ", f.size(),
-              " workers; code '", name_, "' with n = ", n_workers(), ", s = ", s_, " needs at least n - s = ",
-              n_workers() - s_);
+              " workers; code '", name_, "' with n = ", n_workers(), ", s = ", s_,
+              " needs at least n - s = ", n_workers() - s_);
     else
       expects(f.size() > 0, errc::invalid_argument, ctx, "survivor set is empty");
     auto d = cache_->get(f.bitmask(), [&] { return detail::solve_decoder(b_, f, tolerance_); });
@@ -176,9 +176,9 @@ class linear_code {
 
  private:
   std::string name_;
-  Eigen::MatrixXd b_;                                  // invariant: zero outside assignment_
+  Eigen::MatrixXd b_;                                 // invariant: zero outside assignment_
   std::vector<std::vector<std::size_t>> assignment_;  // invariant: one row per worker, entries < k
-  std::size_t s_;                                      // invariant: s_ < n
+  std::size_t s_;                                     // invariant: s_ < n
   code_kind kind_;
   double tolerance_;
   std::shared_ptr<detail::decoder_cache> cache_;  // never null

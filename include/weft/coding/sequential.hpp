@@ -50,8 +50,8 @@ class sequential_coder {
     constexpr const char* ctx = "weft::coding::sequential_coder::sequential_coder";
     expects(!family_.empty(), errc::invalid_argument, ctx, "the family of codes is empty");
     for (std::size_t c = 0; c < family_.size(); ++c)
-      expects(family_[c].n_workers() == family_[0].n_workers(), errc::invalid_argument, ctx, "code ", c, " has n = ",
-              family_[c].n_workers(), " workers, code 0 has n = ", family_[0].n_workers());
+      expects(family_[c].n_workers() == family_[0].n_workers(), errc::invalid_argument, ctx, "code ", c,
+              " has n = ", family_[c].n_workers(), " workers, code 0 has n = ", family_[0].n_workers());
     expects(window_ >= 1, errc::invalid_argument, ctx, "window must be >= 1 round, got ", window_);
   }
 
@@ -122,8 +122,7 @@ class sequential_coder {
     for (std::size_t c = 0; c < family_.size(); ++c) {
       bool all_ok = true;
       // Replay a job of code c starting at every remembered round whose deadline is also remembered.
-      for (std::size_t start = 0; start + t_ < history_.size() && all_ok; ++start)
-        all_ok = replay(c, start);
+      for (std::size_t start = 0; start + t_ < history_.size() && all_ok; ++start) all_ok = replay(c, start);
       if (history_.size() <= t_) all_ok = replay(c, 0);
       if (all_ok) return c;
     }
@@ -140,8 +139,8 @@ class sequential_coder {
   };
 
   std::size_t count_reattempts(std::size_t w) const {
-    return static_cast<std::size_t>(std::count_if(plan_[w].begin(), plan_[w].end(),
-                                                  [](const sequential_task& t) { return t.reattempt; }));
+    return static_cast<std::size_t>(
+        std::count_if(plan_[w].begin(), plan_[w].end(), [](const sequential_task& t) { return t.reattempt; }));
   }
 
   bool decodable(const job_state& job) const {

@@ -15,7 +15,8 @@ namespace weft::coding::detail {
 /// Rows F of B.
 inline Eigen::MatrixXd select_rows(const Eigen::MatrixXd& b, std::span<const std::size_t> rows) {
   Eigen::MatrixXd out(static_cast<Eigen::Index>(rows.size()), b.cols());
-  for (std::size_t i = 0; i < rows.size(); ++i) out.row(static_cast<Eigen::Index>(i)) = b.row(static_cast<Eigen::Index>(rows[i]));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    out.row(static_cast<Eigen::Index>(i)) = b.row(static_cast<Eigen::Index>(rows[i]));
   return out;
 }
 
