@@ -41,7 +41,7 @@ test-conan:
 demo: deps
 	cmake --preset dev -DWEFT_BUILD_TESTS=OFF -B build/demo
 	cmake --build build/demo -j $(JOBS)
-	@examples/run_demos.sh build/demo/examples
+	@examples/run_demos.sh build/demo/examples/bin
 
 ## make bench: release build of the benchmarks and their peers; CSV and PNG under build/release/bench-results.
 bench: deps-bench

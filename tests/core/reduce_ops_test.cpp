@@ -63,4 +63,10 @@ TEST_CASE("runtime reduce_kind dispatches to the operator", "[core][reduce]") {
   const int r = weft::visit(weft::reduce_kind::max, [](auto op) { return op(3, 8); });
   CHECK(r == 8);
   CHECK_THROWS_AS(weft::visit(static_cast<weft::reduce_kind>(42), [](auto) { return 0; }), weft::error);
+
+  // Typed dispatch: only operators valid for the element type are instantiated.
+  const double m = weft::visit<double>(weft::reduce_kind::min, [](auto op) { return op(2.5, -1.0); });
+  CHECK(m == -1.0);
+  CHECK_THROWS_WITH(weft::visit<float>(weft::reduce_kind::bit_xor, [](auto op) { return op(1.0f, 2.0f); }),
+                    Catch::Contains("operator bit_xor does not apply"));
 }

@@ -197,6 +197,21 @@ decltype(auto) visit(reduce_kind k, Fn&& fn) {
   detail::raise(errc::invalid_argument, "weft::visit(reduce_kind)", "unknown reduce_kind value ", static_cast<int>(k));
 }
 
+/// Like visit(reduce_kind, fn), but instantiates fn only with operators that reduce T (so a
+/// generic lambda over double never sees bit_and). Throws weft::error(invalid_argument) when the
+/// runtime tag names an operator T does not support, e.g. bit_xor on float.
+template <class T, class Fn>
+decltype(auto) visit(reduce_kind k, Fn&& fn) {
+  return visit(k, [&fn, k](auto op) -> decltype(fn(op::sum{})) {
+    if constexpr (reduce_op<decltype(op), T>) {
+      return fn(op);
+    } else {
+      detail::raise(errc::invalid_argument, "weft::visit<T>(reduce_kind)", "operator ", to_string(k),
+                    " does not apply to element type ", sizeof(T), "-byte non-integer");
+    }
+  });
+}
+
 /// Reduces b into a element-wise (a[i] = op(a[i], b[i])) through the accumulator type. The
 /// building block every collective uses; O(n). Not thread-safe for overlapping ranges.
 template <class T, class Op>
