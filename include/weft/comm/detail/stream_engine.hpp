@@ -286,11 +286,7 @@ class stream_engine {
   // Posts r on its stream, or completes it from a frame that arrived earlier. rx.m must be held.
   void post(rx_state& rx, request& r) {
     r.deferred = false;
-    if (rx.closed) {
-      fail(r, rx.close_code, rx.close_reason);
-      return;
-    }
-    auto it = rx.unexpected.find(r.channel);
+    auto it = rx.unexpected.find(r.channel);  // frames that arrived before a close still count
     if (it != rx.unexpected.end() && !it->second.empty()) {
       frame& f = it->second.front();
       if (!f.complete) {  // still arriving: take it when complete, to keep the order
@@ -305,6 +301,10 @@ class stream_engine {
         r.done = true;
       }
       it->second.pop_front();
+      return;
+    }
+    if (rx.closed) {
+      fail(r, rx.close_code, rx.close_reason);
       return;
     }
     rx.posted.push_back(&r);
