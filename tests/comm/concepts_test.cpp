@@ -128,3 +128,34 @@ TEST_CASE("calibrate measures a model and gives every rank the same one", "[comm
   auto bad = weft_test::run_ranks(1, [](wc::inproc_transport& t) { wc::calibrate(t, 10); });
   CHECK(bad[0]);
 }
+
+namespace {
+// A user-written reduce operator: only what weft::reduce_op asks for (no name, no finalize).
+struct saturating_add {
+  template <class A>
+  A operator()(A a, A b) const {
+    return a + b > A(100) ? A(100) : A(a + b);
+  }
+  template <class A>
+  static A identity() {
+    return A(0);
+  }
+};
+}  // namespace
+
+TEST_CASE("a user-written reduce operator works with every algorithm", "[comm][concepts]") {
+  auto errors = weft_test::run_ranks(4, [](wc::inproc_transport& t) {
+    const std::vector<int> hosts{0, 1, 0, 1};
+    for (auto algo : {wc::algorithm::ring, wc::algorithm::tree, wc::algorithm::star, wc::algorithm::halving_doubling,
+                      wc::algorithm::hierarchical}) {
+      std::vector<std::int64_t> data(9, 30);
+      wc::options opt;
+      opt.algo = algo;
+      opt.hosts = hosts;
+      wc::allreduce(t, std::span<std::int64_t>(data), saturating_add{}, opt);
+      for (auto v : data)
+        if (v != 100) throw std::runtime_error("saturating_add");
+    }
+  });
+  REQUIRE(weft_test::all_ok(errors));
+}

@@ -141,6 +141,8 @@ class shm_link {
     b.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 
+  void poke() { ring(rank_); }
+
   void on_abort(const std::string& why) {
     auto& h = header();
     std::uint32_t expected = 0;

@@ -211,6 +211,7 @@ class tcp_link {
     if (left <= 0) return;
     ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<long long>((left + 999) / 1000, 50)));
   }
+  void poke() {}  // waiters poll with a short timeout while another thread holds a write lock
   void on_abort(const std::string&) {
     for (int f : fds_)
       if (f >= 0) ::shutdown(f, SHUT_RDWR);
