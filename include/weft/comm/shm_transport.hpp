@@ -34,7 +34,10 @@ namespace weft::comm {
 struct shm_options {
   std::size_t ring_bytes = std::size_t{4} << 20;      ///< per ordered pair; a power of two >= 4096
   std::chrono::milliseconds connect_timeout{30'000};  ///< how long to wait for all ranks to attach
-  int spin = 64;                                      ///< polls before sleeping on the doorbell
+  /// How long a waiter polls its doorbell before sleeping in futex(2): long enough to catch a
+  /// peer that answers at once (no syscall, no wake-up), short enough not to starve peers that
+  /// share the core.
+  std::chrono::microseconds spin{2};
 };
 
 namespace detail {
@@ -68,7 +71,7 @@ inline long futex(std::atomic<std::uint32_t>* addr, int op, std::uint32_t val, c
 /// The link of stream_engine over the mapped segment. Not for direct use.
 class shm_link {
  public:
-  shm_link(std::byte* base, int rank, int size, std::size_t ring_bytes, int spin)
+  shm_link(std::byte* base, int rank, int size, std::size_t ring_bytes, std::chrono::microseconds spin)
       : base_(base), rank_(rank), size_(size), ring_(ring_bytes), spin_(spin) {}
 
   static std::size_t layout_bytes(int size, std::size_t ring_bytes) {
@@ -120,16 +123,18 @@ class shm_link {
   }
   std::uint64_t ticket() const { return bell(rank_).seq.load(std::memory_order_seq_cst); }
 
-  /// Spins `spin` polls, then sleeps on this rank's doorbell until a peer rings it or `until`.
+  /// Polls for `spin`, then sleeps on this rank's doorbell until a peer rings it or `until`.
   /// Every 200 ms it checks that the peers' processes still exist.
   void wait(std::uint64_t ticket, deadline until, int) {
     auto& b = bell(rank_);
     const auto t = static_cast<std::uint32_t>(ticket);
-    for (int i = 0; i < spin_; ++i) {
+    const auto spin_until = clock_type::now() + spin_;
+    for (int i = 1;; ++i) {
       if (b.seq.load(std::memory_order_seq_cst) != t) return;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
+      if (i % 64 == 0 && clock_type::now() >= spin_until) break;
     }
     check_peers_alive();
     const auto now = clock_type::now();
@@ -190,7 +195,7 @@ class shm_link {
   std::byte* base_;
   int rank_, size_;
   std::size_t ring_;
-  int spin_;
+  std::chrono::microseconds spin_;
   clock_type::time_point last_alive_check_{};
 };
 
