@@ -4,6 +4,7 @@
 set -euo pipefail
 build=${1:?usage: bench/coding/run.sh <build-dir>}
 here=$(cd "$(dirname "$0")" && pwd)
+"$build/bench/bench_coding_conditioning"
 "$build/bench/bench_coding_stragglers"
 out=$(grep -E '^WEFT_BENCH_OUT:' "$build/CMakeCache.txt" | cut -d= -f2)
 py=python3
