@@ -8,8 +8,10 @@ import matplotlib.pyplot as plt
 src, dst = sys.argv[1], sys.argv[2]
 rows = list(csv.DictReader(open(src)))
 configs = list(dict.fromkeys(r["config"] for r in rows))
-fig, axes = plt.subplots(1, len(configs), figsize=(6 * len(configs), 5), squeeze=False)
-for ax, cfg in zip(axes[0], configs):
+cols = 3
+nrows = (len(configs) + cols - 1) // cols
+fig, axes = plt.subplots(nrows, cols, figsize=(6 * cols, 5.5 * nrows), squeeze=False)
+for ax, cfg in zip([a for row in axes for a in row], configs):
     rs = [r for r in rows if r["config"] == cfg]
     names = [r["scheme"] for r in rs]
     mean = [float(r["mean_step_ms"]) for r in rs]
