@@ -6,6 +6,7 @@ build=${1:?usage: bench/coding/run.sh <build-dir>}
 here=$(cd "$(dirname "$0")" && pwd)
 "$build/bench/bench_coding_conditioning"
 "$build/bench/bench_coding_stragglers"
+"$build/bench/bench_coding_sequential"
 out=$(grep -E '^WEFT_BENCH_OUT:' "$build/CMakeCache.txt" | cut -d= -f2)
 py=python3
 command -v /usr/bin/python3 > /dev/null && py=/usr/bin/python3
