@@ -1,0 +1,59 @@
+// The policy concepts of weft::coding: what a gradient code, a backup-count policy and a channel
+// of coded messages must provide. Algorithms state their requirements with these names.
+#pragma once
+
+#include <weft/coding/decoder.hpp>
+
+#include <Eigen/Dense>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace weft::coding {
+
+/// C is a gradient code: n workers, k data partitions, an assignment of partitions to workers,
+/// encoding coefficients B (n x k, worker i sends sum_j B_ij g_j), and a decoder for any survivor
+/// set, or nullptr when the set cannot decode.
+template <class C>
+concept gradient_code = requires(const C& c, std::size_t worker, std::span<const std::size_t> survivors) {
+  { c.n_workers() } -> std::convertible_to<std::size_t>;
+  { c.n_partitions() } -> std::convertible_to<std::size_t>;
+  { c.stragglers() } -> std::convertible_to<std::size_t>;
+  { c.assignment(worker) } -> std::convertible_to<std::span<const std::size_t>>;
+  { c.coefficients() } -> std::convertible_to<const Eigen::MatrixXd&>;
+  { c.try_decoder(survivors) } -> std::convertible_to<std::shared_ptr<const decoder>>;
+};
+
+/// P chooses how many of n workers to leave behind (backups) each step, from observed latencies:
+/// observe() takes one step's per-worker completion times (seconds), backups(n) says how many of
+/// the slowest to skip next step (< n).
+template <class P>
+concept backup_policy = requires(P& p, const P& cp, std::span<const double> latencies, std::size_t n) {
+  p.observe(latencies);
+  { cp.backups(n) } -> std::convertible_to<std::size_t>;
+};
+
+/// One coded message: the sender, the step it belongs to, and its payload.
+struct coded_message {
+  std::size_t worker = 0;
+  std::uint64_t step = 0;
+  std::vector<float> payload;
+};
+
+/// T delivers coded messages to the aggregating rank: receive() blocks until a message arrives or
+/// the deadline passes (then std::nullopt); cancel() tells a worker its message for step is no
+/// longer needed (best effort: a transport that cannot cancel may ignore it).
+template <class T>
+concept coded_channel = requires(T& t, std::chrono::steady_clock::time_point deadline, std::size_t worker,
+                                 std::uint64_t step) {
+  { t.receive(deadline) } -> std::same_as<std::optional<coded_message>>;
+  t.cancel(worker, step);
+};
+
+}  // namespace weft::coding

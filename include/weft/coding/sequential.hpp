@@ -1,0 +1,178 @@
+// Sequential gradient coding (after Krishnan, Ebrahimi, Khisti, "Sequential Gradient Coding for
+// Straggler Mitigation", ICLR 2023): a new gradient job starts every round and must be decoded
+// within T further rounds. Each job is encoded with a gradient code; the coded tasks a straggler
+// left unfinished are carried over and repeated by that worker in later rounds (the selective
+// reattempt idea of the paper's SR-SGC), so a code for fewer stragglers suffices when straggling is
+// bursty. The code for each new job is chosen adaptively by replaying the recent straggler pattern.
+// T = 0 is classic gradient coding. This is weft's simplified scheduler, not the paper's M-SGC.
+#pragma once
+
+#include <weft/coding/concepts.hpp>
+#include <weft/core/error.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <span>
+#include <vector>
+
+namespace weft::coding {
+
+/// One unit of work in a round: compute your coded message for job `job` with code `code_index`.
+struct sequential_task {
+  std::uint64_t job = 0;
+  std::size_t code_index = 0;
+  bool reattempt = false;  ///< carried over from an earlier round
+};
+
+/// What a round settled.
+struct round_outcome {
+  std::vector<std::uint64_t> decoded;  ///< jobs that became decodable this round
+  std::vector<std::uint64_t> missed;   ///< jobs whose deadline (start + T) passed undecoded
+};
+
+/// Round-by-round planner for sequential gradient coding over a family of codes for the same n,
+/// ordered from least to most redundant (e.g. cyclic or hybrid repetition for s = 0, 1, 2, ...).
+/// Not thread-safe (one owner, the master). begin_round O(n * pending jobs + window^2 * codes *
+/// decoder lookup); end_round O(n * pending jobs + decoder lookup per pending job).
+template <gradient_code Code>
+class sequential_coder {
+ public:
+  /// family: codes for the same n workers, least redundant first; deadline T >= 0 rounds; window:
+  /// how many past rounds the adaptive choice replays; max_reattempts: carried-over tasks a worker
+  /// may take per round on top of its new task. Throws weft::error(invalid_argument) naming the
+  /// values when the family is empty or its codes disagree on n.
+  explicit sequential_coder(std::vector<Code> family, std::size_t deadline, std::size_t window = 16,
+                            std::size_t max_reattempts = 1)
+      : family_(std::move(family)), t_(deadline), window_(window), max_reattempts_(max_reattempts) {
+    constexpr const char* ctx = "weft::coding::sequential_coder::sequential_coder";
+    expects(!family_.empty(), errc::invalid_argument, ctx, "the family of codes is empty");
+    for (std::size_t c = 0; c < family_.size(); ++c)
+      expects(family_[c].n_workers() == family_[0].n_workers(), errc::invalid_argument, ctx, "code ", c,
+              " has n = ", family_[c].n_workers(), " workers, code 0 has n = ", family_[0].n_workers());
+    expects(window_ >= 1, errc::invalid_argument, ctx, "window must be >= 1 round, got ", window_);
+  }
+
+  std::size_t n_workers() const { return family_[0].n_workers(); }
+  std::size_t deadline() const noexcept { return t_; }
+  std::uint64_t round() const noexcept { return round_; }
+  const Code& code(std::size_t index) const { return family_.at(index); }
+
+  /// Starts round r = round(): job r begins with an adaptively chosen code, and pending jobs get
+  /// their missing tasks reassigned to the workers that owe them. Returns the tasks per worker.
+  /// Throws weft::error(precondition) when the previous round was not ended.
+  const std::vector<std::vector<sequential_task>>& begin_round() {
+    expects(!in_round_, errc::precondition, "weft::coding::sequential_coder::begin_round", "round ", round_,
+            " was begun and not ended");
+    const std::size_t n = n_workers();
+    plan_.assign(n, {});
+    job_state job;
+    job.code_index = choose_code();
+    job.delivered.assign(n, 0);
+    jobs_.emplace(round_, job);
+    for (std::size_t w = 0; w < n; ++w) plan_[w].push_back({round_, job.code_index, false});
+    for (auto& [id, state] : jobs_) {
+      if (id == round_) continue;
+      for (std::size_t w = 0; w < n; ++w)
+        if (!state.delivered[w] && count_reattempts(w) < max_reattempts_)
+          plan_[w].push_back({id, state.code_index, true});
+    }
+    in_round_ = true;
+    return plan_;
+  }
+
+  /// Ends the round: workers in `finished` delivered every task planned for them; the rest
+  /// straggled and delivered nothing. Throws weft::error(invalid_argument) naming a worker that is
+  /// out of range (the round stays open then), and weft::error(precondition) outside a round.
+  round_outcome end_round(std::span<const std::size_t> finished) {
+    constexpr const char* ctx = "weft::coding::sequential_coder::end_round";
+    expects(in_round_, errc::precondition, ctx, "no round is open; call begin_round first");
+    const std::size_t n = n_workers();
+    for (std::size_t w : finished)
+      expects(w < n, errc::invalid_argument, ctx, "worker ", w, " is out of range for n = ", n);
+    std::vector<char> ok(n, 0);
+    for (std::size_t w : finished) ok[w] = 1;
+    for (std::size_t w = 0; w < n; ++w)
+      if (ok[w])
+        for (const auto& task : plan_[w]) jobs_.at(task.job).delivered[w] = 1;
+    round_outcome out;
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      if (decodable(it->second)) {
+        out.decoded.push_back(it->first);
+        it = jobs_.erase(it);
+      } else if (it->first + t_ <= round_) {
+        out.missed.push_back(it->first);
+        it = jobs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    history_.push_back(std::move(ok));
+    if (history_.size() > window_) history_.pop_front();
+    ++round_;
+    in_round_ = false;
+    return out;
+  }
+
+  /// The code index the next job would get, from the replayed history. O(window^2 * codes).
+  std::size_t choose_code() const {
+    if (history_.empty()) return family_.size() - 1;
+    for (std::size_t c = 0; c < family_.size(); ++c) {
+      bool all_ok = true;
+      // Replay a job of code c starting at every remembered round whose deadline is also remembered.
+      for (std::size_t start = 0; start + t_ < history_.size() && all_ok; ++start) all_ok = replay(c, start);
+      if (history_.size() <= t_) all_ok = replay(c, 0);
+      if (all_ok) return c;
+    }
+    return family_.size() - 1;
+  }
+
+  /// Pending jobs (started, not yet decoded or missed). O(1).
+  std::size_t pending() const noexcept { return jobs_.size(); }
+
+ private:
+  struct job_state {
+    std::size_t code_index = 0;
+    std::vector<char> delivered;  // per worker: its coded message for this job has arrived
+  };
+
+  std::size_t count_reattempts(std::size_t w) const {
+    return static_cast<std::size_t>(
+        std::count_if(plan_[w].begin(), plan_[w].end(), [](const sequential_task& t) { return t.reattempt; }));
+  }
+
+  bool decodable(const job_state& job) const {
+    std::vector<std::size_t> have;
+    for (std::size_t w = 0; w < job.delivered.size(); ++w)
+      if (job.delivered[w]) have.push_back(w);
+    if (have.empty()) return false;
+    return family_[job.code_index].try_decoder(have) != nullptr;
+  }
+
+  // A lone job with code c started at history_[start]: delivered by the finishers of its first
+  // round, then by each owing worker in the next T rounds that it finishes.
+  bool replay(std::size_t c, std::size_t start) const {
+    job_state job{c, std::vector<char>(n_workers(), 0)};
+    const std::size_t last = std::min(history_.size() - 1, start + t_);
+    for (std::size_t r = start; r <= last; ++r) {
+      for (std::size_t w = 0; w < n_workers(); ++w)
+        if (history_[r][w]) job.delivered[w] = 1;
+      if (decodable(job)) return true;
+    }
+    return false;
+  }
+
+  std::vector<Code> family_;  // invariant: non-empty, all the same n
+  std::size_t t_;
+  std::size_t window_;
+  std::size_t max_reattempts_;
+  std::uint64_t round_ = 0;
+  bool in_round_ = false;
+  std::map<std::uint64_t, job_state> jobs_;         // pending jobs by start round
+  std::deque<std::vector<char>> history_;           // finished-worker flags of recent rounds
+  std::vector<std::vector<sequential_task>> plan_;  // this round's tasks per worker
+};
+
+}  // namespace weft::coding

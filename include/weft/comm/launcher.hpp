@@ -1,0 +1,161 @@
+// Starting N local ranks: fork_ranks runs a function in N forked processes (tests, examples,
+// single-binary jobs), spawn_ranks starts N copies of a program with WEFT_RANK / WEFT_SIZE set
+// (what mpirun does, for one host). Both wait for all ranks and report each exit status.
+#pragma once
+
+#include <weft/core/error.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace weft::comm {
+
+/// Exit status of every rank: 0 is success; 124 means killed at the launcher's timeout; a
+/// negative value is minus the signal that ended the process. A plain value.
+struct launch_result {
+  std::vector<int> status;
+  bool ok() const noexcept {
+    for (int s : status)
+      if (s != 0) return false;
+    return true;
+  }
+};
+
+namespace detail {
+inline launch_result wait_ranks(const std::vector<pid_t>& pids, std::chrono::milliseconds timeout) {
+  launch_result res;
+  res.status.assign(pids.size(), 124);
+  std::vector<bool> done(pids.size(), false);
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  std::size_t left = pids.size();
+  while (left > 0) {
+    bool any = false;
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int st = 0;
+      const pid_t r = ::waitpid(pids[i], &st, WNOHANG);
+      if (r == pids[i]) {
+        done[i] = true;
+        --left;
+        any = true;
+        res.status[i] = WIFEXITED(st) ? WEXITSTATUS(st) : (WIFSIGNALED(st) ? -WTERMSIG(st) : 125);
+      }
+    }
+    if (left == 0) break;
+    if (std::chrono::steady_clock::now() >= until) {
+      for (std::size_t i = 0; i < pids.size(); ++i)  // only the processes this launcher started
+        if (!done[i]) ::kill(pids[i], SIGKILL);
+      for (std::size_t i = 0; i < pids.size(); ++i)
+        if (!done[i]) ::waitpid(pids[i], nullptr, 0);
+      break;
+    }
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return res;
+}
+}  // namespace detail
+
+/// Forks n processes; process r calls fn(r) and exits 0, or prints the exception and exits 1.
+/// Kills the ranks still running at `timeout` (status 124). Call it from a single-threaded
+/// process (fork copies only the calling thread). Throws errc::invalid_argument for n < 1 and
+/// errc::io when fork fails. O(n) processes.
+template <class Fn>
+launch_result fork_ranks(int n, Fn&& fn, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  expects(n >= 1, errc::invalid_argument, "weft::comm::fork_ranks", "rank count ", n, " must be >= 1");
+  std::vector<pid_t> pids;
+  std::fflush(nullptr);
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+      weft::detail::raise(errc::io, "weft::comm::fork_ranks", "fork failed for rank ", r);
+    }
+    if (pid == 0) {
+      int code = 0;
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
+        code = 1;
+      } catch (...) {
+        std::fprintf(stderr, "rank %d failed with a non-standard exception\n", r);
+        code = 1;
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  return detail::wait_ranks(pids, timeout);
+}
+
+/// Starts n copies of `program` with `args`, each with WEFT_RANK=r and WEFT_SIZE=n added to the
+/// environment, and waits for them (killing stragglers at `timeout`). Throws errc::io when a
+/// process cannot be started.
+inline launch_result spawn_ranks(int n, const std::string& program, const std::vector<std::string>& args,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  expects(n >= 1, errc::invalid_argument, "weft::comm::spawn_ranks", "rank count ", n, " must be >= 1");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> env_store;
+    for (char** e = environ; *e; ++e) {
+      const std::string s(*e);
+      if (s.rfind("WEFT_RANK=", 0) != 0 && s.rfind("WEFT_SIZE=", 0) != 0) env_store.push_back(s);
+    }
+    env_store.push_back("WEFT_RANK=" + std::to_string(r));
+    env_store.push_back("WEFT_SIZE=" + std::to_string(n));
+    std::vector<char*> envp, argv;
+    for (auto& s : env_store) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string prog = program;
+    std::vector<std::string> arg_store(args);
+    argv.push_back(prog.data());
+    for (auto& a : arg_store) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = ::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), envp.data());
+    if (rc != 0) {
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+      weft::detail::raise(errc::io, "weft::comm::spawn_ranks", "cannot start '", program, "' for rank ", r, ": error ",
+                          rc);
+    }
+    pids.push_back(pid);
+  }
+  return detail::wait_ranks(pids, timeout);
+}
+
+/// This process's rank and group size from WEFT_RANK / WEFT_SIZE (set by spawn_ranks), or
+/// {0, 1} when they are absent. Throws errc::parse for malformed values.
+struct rank_env {
+  int rank = 0;
+  int size = 1;
+};
+inline rank_env rank_from_env() {
+  rank_env e;
+  const char* r = std::getenv("WEFT_RANK");
+  const char* s = std::getenv("WEFT_SIZE");
+  if (!r || !s) return e;
+  char* end = nullptr;
+  e.rank = static_cast<int>(std::strtol(r, &end, 10));
+  expects(end && *end == '\0', errc::parse, "weft::comm::rank_from_env", "WEFT_RANK='", r, "' is not an integer");
+  e.size = static_cast<int>(std::strtol(s, &end, 10));
+  expects(end && *end == '\0' && e.size >= 1 && e.rank >= 0 && e.rank < e.size, errc::parse,
+          "weft::comm::rank_from_env", "WEFT_RANK=", r, " WEFT_SIZE=", s, " is not a rank inside the size");
+  return e;
+}
+
+}  // namespace weft::comm

@@ -1,0 +1,142 @@
+// Per-call options of weft::comm's collectives (algorithm, channel, deadline, segment size, host
+// map) and the check word that lets a receiving rank notice that its peer called a different
+// collective, dtype, count or algorithm.
+#pragma once
+
+#include <weft/comm/concepts.hpp>
+#include <weft/core/dtype.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace weft::comm {
+
+/// Allreduce algorithms. `automatic` lets the tuner choose from the cost model (tuner.hpp).
+enum class algorithm : std::uint8_t { automatic, ring, tree, star, halving_doubling, hierarchical };
+
+constexpr std::string_view to_string(algorithm a) noexcept {
+  switch (a) {
+    case algorithm::automatic:
+      return "automatic";
+    case algorithm::ring:
+      return "ring";
+    case algorithm::tree:
+      return "tree";
+    case algorithm::star:
+      return "star";
+    case algorithm::halving_doubling:
+      return "halving_doubling";
+    case algorithm::hierarchical:
+      return "hierarchical";
+  }
+  return "?";
+}
+
+struct cost_model;
+
+/// Options of one collective call; every rank must pass equal values (the check word catches most
+/// differences). A plain aggregate; thread-safe to copy. `hosts` and `model` are borrowed: they must
+/// outlive the call (for a non-blocking call, until wait()).
+struct options {
+  algorithm algo = algorithm::automatic;             ///< allreduce only; automatic asks the tuner
+  std::uint32_t channel = 0;                         ///< collectives in flight at once need distinct channels
+  std::chrono::milliseconds timeout{60'000};         ///< the whole call must finish within this
+  std::size_t segment_bytes = std::size_t{1} << 19;  ///< pipelining granularity of ring/tree/star/broadcast
+  std::span<const int> hosts{};                      ///< host id of every rank (hierarchical)
+  const cost_model* model = nullptr;                 ///< tuner's model; nullptr means the built-in default
+};
+
+/// Which collective a message belongs to (part of the check word).
+enum class collective : std::uint8_t {
+  allreduce = 1,
+  reduce_scatter,
+  allgather,
+  broadcast,
+  reduce,
+  barrier,
+  alltoall,
+  alltoallv,
+  calibrate,
+};
+
+constexpr std::string_view to_string(collective c) noexcept {
+  switch (c) {
+    case collective::allreduce:
+      return "allreduce";
+    case collective::reduce_scatter:
+      return "reduce_scatter";
+    case collective::allgather:
+      return "allgather";
+    case collective::broadcast:
+      return "broadcast";
+    case collective::reduce:
+      return "reduce";
+    case collective::barrier:
+      return "barrier";
+    case collective::alltoall:
+      return "alltoall";
+    case collective::alltoallv:
+      return "alltoallv";
+    case collective::calibrate:
+      return "calibrate";
+  }
+  return "?";
+}
+
+namespace detail {
+/// FNV-1a, 32 bits: enough to make accidental agreement of two different calls unlikely.
+constexpr std::uint32_t fnv1a(std::uint32_t h, std::uint64_t v) noexcept {
+  for (int i = 0; i < 8; ++i) {
+    h ^= static_cast<std::uint32_t>((v >> (8 * i)) & 0xffu);
+    h *= 16777619u;
+  }
+  return h;
+}
+constexpr std::uint32_t fnv1a(std::uint32_t h, std::string_view s) noexcept {
+  for (char c : s) {
+    h ^= static_cast<std::uint8_t>(c);
+    h *= 16777619u;
+  }
+  return h;
+}
+}  // namespace detail
+
+/// The operator's name for the check word: Op::name when it has one (weft::op::* do), otherwise
+/// a fixed placeholder, so user-written operators need nothing beyond weft::reduce_op.
+template <class Op>
+constexpr std::string_view op_name() noexcept {
+  if constexpr (requires { std::string_view(Op::name); })
+    return std::string_view(Op::name);
+  else
+    return "user-op";
+}
+
+/// The check word: bits 0-3 collective, 4-7 dtype, 8-11 algorithm, 12-31 a hash of the element
+/// count, the operator's name and the segment size. O(length of op name).
+constexpr std::uint32_t make_check(collective c, dtype t, algorithm a, std::uint64_t count, std::string_view op_name,
+                                   std::uint64_t segment_bytes) noexcept {
+  std::uint32_t h = detail::fnv1a(detail::fnv1a(detail::fnv1a(2166136261u, count), op_name), segment_bytes);
+  return (static_cast<std::uint32_t>(c) & 0xfu) | ((static_cast<std::uint32_t>(t) & 0xfu) << 4) |
+         ((static_cast<std::uint32_t>(a) & 0xfu) << 8) | (h << 12);
+}
+
+/// Says in words how two check words differ ("dtype f32 here, i32 at the peer"). O(1).
+inline std::string explain_check_difference(std::uint32_t mine, std::uint32_t theirs) {
+  auto field = [](std::uint32_t w, int shift) { return (w >> shift) & 0xfu; };
+  if (field(mine, 0) != field(theirs, 0))
+    return std::string("collective ") + std::string(to_string(static_cast<collective>(field(mine, 0)))) + " here, " +
+           std::string(to_string(static_cast<collective>(field(theirs, 0)))) + " at the peer";
+  if (field(mine, 4) != field(theirs, 4))
+    return std::string("dtype ") + std::string(to_string(static_cast<dtype>(field(mine, 4)))) + " here, " +
+           std::string(to_string(static_cast<dtype>(field(theirs, 4)))) + " at the peer";
+  if (field(mine, 8) != field(theirs, 8))
+    return std::string("algorithm ") + std::string(to_string(static_cast<algorithm>(field(mine, 8)))) + " here, " +
+           std::string(to_string(static_cast<algorithm>(field(theirs, 8)))) + " at the peer";
+  return "element count, reduce operator or segment size differ";
+}
+
+}  // namespace weft::comm

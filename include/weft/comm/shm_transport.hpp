@@ -1,0 +1,321 @@
+// Shared-memory transport: ranks are processes on one host that map one POSIX shared memory
+// segment holding a single-producer/single-consumer byte ring per ordered pair of ranks and a
+// doorbell word per rank. Waiters spin briefly, then sleep on the doorbell with futex(2), so an
+// oversubscribed host is not starved by busy peers (Drepper, "Futexes are tricky", 2011).
+#pragma once
+
+#include <weft/comm/concepts.hpp>
+#include <weft/comm/detail/stream_engine.hpp>
+#include <weft/core/error.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace weft::comm {
+
+/// Options of an shm group; every rank must pass the same values.
+struct shm_options {
+  std::size_t ring_bytes = std::size_t{4} << 20;      ///< per ordered pair; a power of two >= 4096
+  std::chrono::milliseconds connect_timeout{30'000};  ///< how long to wait for all ranks to attach
+  /// How long a waiter polls its doorbell before sleeping in futex(2): long enough to catch a
+  /// peer that answers at once (no syscall, no wake-up), short enough not to starve peers that
+  /// share the core.
+  std::chrono::microseconds spin{2};
+};
+
+namespace detail {
+
+inline constexpr std::uint64_t shm_magic = 0x7765667473686d31ull;  // "weftshm1"
+inline constexpr int shm_max_ranks = 64;
+
+struct alignas(64) shm_doorbell {
+  std::atomic<std::uint32_t> seq{0};
+  std::atomic<std::uint32_t> sleepers{0};
+};
+struct shm_ring_ctl {
+  alignas(64) std::atomic<std::uint64_t> head{0};  // bytes ever written (producer)
+  alignas(64) std::atomic<std::uint64_t> tail{0};  // bytes ever read (consumer)
+};
+struct shm_header {
+  std::atomic<std::uint64_t> magic{0};
+  std::int32_t size = 0;
+  std::atomic<std::int32_t> attached{0};
+  std::uint64_t ring_bytes = 0;
+  std::atomic<std::uint32_t> aborted{0};
+  char abort_text[1024] = {};
+  std::int32_t pids[shm_max_ranks] = {};
+};
+
+inline long futex(std::atomic<std::uint32_t>* addr, int op, std::uint32_t val, const timespec* ts) {
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+/// The link of stream_engine over the mapped segment. Not for direct use.
+class shm_link {
+ public:
+  shm_link(std::byte* base, int rank, int size, std::size_t ring_bytes, std::chrono::microseconds spin)
+      : base_(base), rank_(rank), size_(size), ring_(ring_bytes), spin_(spin) {}
+
+  static std::size_t layout_bytes(int size, std::size_t ring_bytes) {
+    const auto P = static_cast<std::size_t>(size);
+    return sizeof(shm_header) + P * sizeof(shm_doorbell) + P * P * sizeof(shm_ring_ctl) + P * P * ring_bytes;
+  }
+  shm_header& header() const { return *reinterpret_cast<shm_header*>(base_); }
+  shm_doorbell& bell(int r) const {
+    return reinterpret_cast<shm_doorbell*>(base_ + sizeof(shm_header))[static_cast<std::size_t>(r)];
+  }
+  std::size_t pair(int from, int to) const {
+    return static_cast<std::size_t>(from) * static_cast<std::size_t>(size_) + static_cast<std::size_t>(to);
+  }
+  shm_ring_ctl& ctl(int from, int to) const {
+    auto* first = reinterpret_cast<shm_ring_ctl*>(base_ + sizeof(shm_header) +
+                                                  static_cast<std::size_t>(size_) * sizeof(shm_doorbell));
+    return first[pair(from, to)];
+  }
+  std::byte* data(int from, int to) const {
+    const auto P = static_cast<std::size_t>(size_);
+    return base_ + sizeof(shm_header) + P * sizeof(shm_doorbell) + P * P * sizeof(shm_ring_ctl) +
+           pair(from, to) * ring_;
+  }
+
+  std::size_t write_some(int peer, int, const std::byte* src, std::size_t n) {
+    check_abort();
+    auto& c = ctl(rank_, peer);
+    const std::uint64_t head = c.head.load(std::memory_order_relaxed);
+    const std::uint64_t tail = c.tail.load(std::memory_order_acquire);
+    const std::size_t room = ring_ - static_cast<std::size_t>(head - tail);
+    const std::size_t len = std::min(room, n);
+    if (len == 0) return 0;
+    copy_in(data(rank_, peer), static_cast<std::size_t>(head & (ring_ - 1)), src, len);
+    c.head.store(head + len, std::memory_order_release);
+    ring(peer);
+    return len;
+  }
+  std::size_t read_some(int peer, int, std::byte* dst, std::size_t n) {
+    check_abort();
+    auto& c = ctl(peer, rank_);
+    const std::uint64_t tail = c.tail.load(std::memory_order_relaxed);
+    const std::uint64_t head = c.head.load(std::memory_order_acquire);
+    const std::size_t len = std::min(static_cast<std::size_t>(head - tail), n);
+    if (len == 0) return 0;
+    copy_out(dst, data(peer, rank_), static_cast<std::size_t>(tail & (ring_ - 1)), len);
+    c.tail.store(tail + len, std::memory_order_release);
+    ring(peer);
+    return len;
+  }
+  std::uint64_t ticket() const { return bell(rank_).seq.load(std::memory_order_seq_cst); }
+
+  /// Polls for `spin`, then sleeps on this rank's doorbell until a peer rings it or `until`.
+  /// Every 200 ms it checks that the peers' processes still exist.
+  void wait(std::uint64_t ticket, deadline until, int) {
+    auto& b = bell(rank_);
+    const auto t = static_cast<std::uint32_t>(ticket);
+    const auto spin_until = clock_type::now() + spin_;
+    for (int i = 1;; ++i) {
+      if (b.seq.load(std::memory_order_seq_cst) != t) return;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      if (i % 64 == 0 && clock_type::now() >= spin_until) break;
+    }
+    check_peers_alive();
+    const auto now = clock_type::now();
+    if (now >= until) return;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    b.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (b.seq.load(std::memory_order_seq_cst) == t) futex(&b.seq, FUTEX_WAIT, t, &ts);
+    b.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+
+  void poke() { ring(rank_); }
+
+  void on_abort(const std::string& why) {
+    auto& h = header();
+    std::uint32_t expected = 0;
+    if (h.aborted.compare_exchange_strong(expected, 1)) {
+      const std::size_t n = std::min(why.size(), sizeof(h.abort_text) - 1);
+      std::memcpy(h.abort_text, why.data(), n);
+      h.abort_text[n] = '\0';
+      h.aborted.store(2, std::memory_order_release);
+    }
+    for (int q = 0; q < size_; ++q) ring(q);
+  }
+
+ private:
+  void ring(int r) {
+    auto& b = bell(r);
+    b.seq.fetch_add(1, std::memory_order_seq_cst);
+    if (b.sleepers.load(std::memory_order_seq_cst) > 0) futex(&b.seq, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+  void copy_in(std::byte* ring, std::size_t at, const std::byte* src, std::size_t len) const {
+    const std::size_t first = std::min(len, ring_ - at);
+    std::memcpy(ring + at, src, first);
+    if (len > first) std::memcpy(ring, src + first, len - first);
+  }
+  void copy_out(std::byte* dst, const std::byte* ring, std::size_t at, std::size_t len) const {
+    const std::size_t first = std::min(len, ring_ - at);
+    std::memcpy(dst, ring + at, first);
+    if (len > first) std::memcpy(dst + first, ring, len - first);
+  }
+  void check_abort() const {
+    auto& h = header();
+    if (h.aborted.load(std::memory_order_acquire) == 2) [[unlikely]]
+      weft::detail::raise(errc::aborted, "weft::comm::shm_transport", h.abort_text);
+  }
+  void check_peers_alive() {
+    const auto now = clock_type::now();
+    if (now - last_alive_check_ < std::chrono::milliseconds(200)) return;
+    last_alive_check_ = now;
+    for (int q = 0; q < size_; ++q) {
+      const pid_t pid = header().pids[q];
+      if (q != rank_ && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
+        weft::detail::raise(errc::peer_failure, "weft::comm::shm_transport", "peer ", q, " (pid ", pid, ") has exited");
+    }
+  }
+
+  std::byte* base_;
+  int rank_, size_;
+  std::size_t ring_;
+  std::chrono::microseconds spin_;
+  clock_type::time_point last_alive_check_{};
+};
+
+}  // namespace detail
+
+/// Rank `rank` of `size` processes on this host, joined through the shared memory object `name`
+/// (e.g. "/myjob-42"; unique per group). Rank 0 creates it and removes the name once every rank
+/// has attached, so nothing is left behind; the others wait for it up to connect_timeout.
+/// Satisfies concurrent_transport and abortable_transport. Send/recv cost one copy into and one
+/// out of the ring, O(bytes). Thread-safe across channels. Not copyable or movable.
+class shm_transport {
+ public:
+  static constexpr bool thread_safe_channels = true;
+
+  /// Throws errc::invalid_argument for bad rank/size/ring size, errc::io when the segment cannot
+  /// be created or mapped, errc::timeout when the others do not attach in time.
+  shm_transport(const std::string& name, int rank, int size, shm_options opt = {}) : rank_(rank), size_(size) {
+    constexpr const char* where = "weft::comm::shm_transport::shm_transport";
+    expects(size >= 1 && size <= detail::shm_max_ranks, errc::invalid_argument, where, "size ", size,
+            " must be in [1, ", detail::shm_max_ranks, "]");
+    expects(rank >= 0 && rank < size, errc::invalid_argument, where, "rank ", rank, " must be in [0, ", size, ")");
+    expects(opt.ring_bytes >= 4096 && (opt.ring_bytes & (opt.ring_bytes - 1)) == 0, errc::invalid_argument, where,
+            "ring_bytes ", opt.ring_bytes, " must be a power of two >= 4096");
+    expects(!name.empty() && name[0] == '/' && name.find('/', 1) == std::string::npos, errc::invalid_argument, where,
+            "name '", name, "' must look like \"/something\"");
+    bytes_ = detail::shm_link::layout_bytes(size, opt.ring_bytes);
+    const deadline until = clock_type::now() + opt.connect_timeout;
+    int fd = -1;
+    if (rank == 0) {
+      ::shm_unlink(name.c_str());  // a segment left by a crashed run of the same name
+      fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      expects(fd >= 0, errc::io, where, "rank 0 cannot create shared memory '", name, "': ", std::strerror(errno));
+      if (::ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+        const int e = errno;
+        ::close(fd);
+        ::shm_unlink(name.c_str());
+        weft::detail::raise(errc::io, where, "cannot size shared memory '", name, "' to ", bytes_,
+                            " bytes: ", std::strerror(e));
+      }
+    } else {
+      while ((fd = ::shm_open(name.c_str(), O_RDWR, 0600)) < 0) {
+        expects(clock_type::now() < until, errc::timeout, where, "rank ", rank, ": shared memory '", name,
+                "' was not created by rank 0 within the connect timeout");
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      struct stat st {};
+      while (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) < bytes_) {
+        if (clock_type::now() >= until) {
+          ::close(fd);
+          weft::detail::raise(errc::timeout, where, "rank ", rank, ": shared memory '", name, "' has ", st.st_size,
+                              " bytes, expected ", bytes_, " (different size or ring_bytes?)");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    expects(p != MAP_FAILED, errc::io, where, "cannot map shared memory '", name, "': ", std::strerror(errno));
+    base_ = static_cast<std::byte*>(p);
+    link_ = std::make_unique<detail::shm_link>(base_, rank, size, opt.ring_bytes, opt.spin);
+    auto& h = link_->header();
+    try {
+      if (rank == 0) {
+        // ftruncate zero-filled the segment, which is every atomic's initial state; publish last.
+        h.size = size;
+        h.ring_bytes = opt.ring_bytes;
+        h.magic.store(detail::shm_magic, std::memory_order_release);
+      }
+      while (h.magic.load(std::memory_order_acquire) != detail::shm_magic) {
+        expects(clock_type::now() < until, errc::timeout, where, "rank ", rank, ": shared memory '", name,
+                "' was never initialised by rank 0");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      expects(h.size == size && h.ring_bytes == opt.ring_bytes, errc::mismatch, where, "rank ", rank, " expects size ",
+              size, " and ring_bytes ", opt.ring_bytes, " but rank 0 created size ", h.size, " and ring_bytes ",
+              h.ring_bytes);
+      h.pids[rank] = static_cast<std::int32_t>(::getpid());
+      h.attached.fetch_add(1, std::memory_order_acq_rel);
+      while (h.attached.load(std::memory_order_acquire) < size) {
+        expects(clock_type::now() < until, errc::timeout, where, "rank ", rank, ": only ", h.attached.load(), " of ",
+                size, " ranks attached to '", name, "' within the connect timeout");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (rank == 0) ::shm_unlink(name.c_str());
+    } catch (...) {
+      if (rank == 0) ::shm_unlink(name.c_str());
+      ::munmap(base_, bytes_);
+      throw;
+    }
+    engine_ = std::make_unique<detail::stream_engine<detail::shm_link>>(*link_, rank, size, 1, SIZE_MAX,
+                                                                        "weft::comm::shm_transport");
+  }
+  shm_transport(const shm_transport&) = delete;
+  shm_transport& operator=(const shm_transport&) = delete;
+  ~shm_transport() {
+    engine_.reset();
+    if (base_) ::munmap(base_, bytes_);
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  void send(int peer, msg_tag tag, std::span<const std::byte> bytes, deadline until) {
+    engine_->send(peer, tag, bytes, until);
+  }
+  void recv(int peer, msg_tag tag, std::span<std::byte> bytes, deadline until) {
+    engine_->recv(peer, tag, bytes, until);
+  }
+  void sendrecv(int dst, std::span<const std::byte> out, int src, std::span<std::byte> in, msg_tag tag,
+                deadline until) {
+    engine_->sendrecv(dst, out, src, in, tag, until);
+  }
+  /// Fails every operation of every rank with errc::aborted and the reason. Thread-safe.
+  void abort(std::string_view why) { engine_->abort(why); }
+
+ private:
+  int rank_, size_;
+  std::byte* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::unique_ptr<detail::shm_link> link_;
+  std::unique_ptr<detail::stream_engine<detail::shm_link>> engine_;
+};
+
+}  // namespace weft::comm

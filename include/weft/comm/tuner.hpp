@@ -1,0 +1,81 @@
+// Chooses an allreduce algorithm from the alpha-beta(-gamma) cost model of Hockney (1994) as
+// used by Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in
+// MPICH" (IJHPCA 2005, §4): a message of m bytes costs alpha + m*beta, reducing m bytes m*gamma.
+#pragma once
+
+#include <weft/comm/options.hpp>
+#include <weft/core/error.hpp>
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <utility>
+
+namespace weft::comm {
+
+/// Per-message latency alpha (seconds), per-byte transfer time beta (s/B) and per-byte reduction
+/// time gamma (s/B) of one transport on one machine. calibrate() (calibrate.hpp) measures them.
+/// A plain value; thread-safe to copy.
+struct cost_model {
+  double alpha = 20e-6;   ///< seconds per message
+  double beta = 0.5e-9;   ///< seconds per byte sent (2 GB/s)
+  double gamma = 0.1e-9;  ///< seconds per byte reduced (10 GB/s)
+};
+
+/// Predicted seconds of allreduce algorithm `a` for `bytes` bytes on `p` ranks with pipelining
+/// segments of `segment_bytes`. The formulas are documented in docs/comm.md. O(1).
+/// Throws errc::invalid_argument for p < 1, segment_bytes == 0 or an algorithm it cannot model.
+inline double predict_allreduce(algorithm a, std::size_t bytes, int p, std::size_t segment_bytes,
+                                const cost_model& m = {}) {
+  expects(p >= 1, errc::invalid_argument, "weft::comm::predict_allreduce", "rank count ", p, " must be >= 1");
+  expects(segment_bytes > 0, errc::invalid_argument, "weft::comm::predict_allreduce", "segment_bytes must be > 0");
+  if (p == 1) return 0.0;
+  const double n = static_cast<double>(bytes), P = static_cast<double>(p), seg = static_cast<double>(segment_bytes);
+  const double lg = std::ceil(std::log2(P));
+  switch (a) {
+    case algorithm::ring: {
+      const double segs = std::max(1.0, std::ceil(n / P / seg));
+      return 2 * (P - 1) * segs * m.alpha + 2 * (P - 1) / P * n * m.beta + (P - 1) / P * n * m.gamma;
+    }
+    case algorithm::tree: {
+      // Two trees each carry n/2; a pipelined tree costs (depth + segments) message times per
+      // direction; an inner node receives two children and sends to two children per segment.
+      const double segs = std::max(1.0, std::ceil(n / 2 / seg));
+      const double per_seg = std::min(n / 2, seg);
+      return 2 * (lg + segs) * (m.alpha + 2 * per_seg * m.beta) + n * m.gamma;
+    }
+    case algorithm::star: {
+      const double segs = std::max(1.0, std::ceil(n / seg));
+      return 2 * (P - 1) * segs * m.alpha + 2 * (P - 1) * n * m.beta + (P - 1) * n * m.gamma;
+    }
+    case algorithm::halving_doubling: {
+      const double pp = std::exp2(std::floor(std::log2(P)));
+      const double extra = pp == P ? 0.0 : 2 * (m.alpha + n * m.beta) + n * m.gamma;
+      return 2 * std::log2(pp) * m.alpha + 2 * (pp - 1) / pp * n * m.beta + (pp - 1) / pp * n * m.gamma + extra;
+    }
+    default:
+      break;
+  }
+  weft::detail::raise(errc::invalid_argument, "weft::comm::predict_allreduce", "algorithm ", to_string(a),
+                      " has no single-level cost model (hierarchical is chosen by the caller)");
+}
+
+/// The algorithm with the least predicted time among ring, tree, star and halving_doubling;
+/// ties go to the earlier in that list, so every rank with the same model picks the same one.
+/// O(1). Thread-safe.
+inline algorithm choose_allreduce(std::size_t bytes, int p, std::size_t segment_bytes, const cost_model& m = {}) {
+  constexpr std::array candidates{algorithm::ring, algorithm::tree, algorithm::star, algorithm::halving_doubling};
+  algorithm best = algorithm::ring;
+  double best_time = predict_allreduce(best, bytes, p, segment_bytes, m);
+  for (algorithm a : candidates) {
+    const double t = predict_allreduce(a, bytes, p, segment_bytes, m);
+    if (t < best_time) {
+      best = a;
+      best_time = t;
+    }
+  }
+  return best;
+}
+
+}  // namespace weft::comm

@@ -1,0 +1,126 @@
+#include "rank_threads.hpp"
+
+#include <weft/comm/collectives.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wc = weft::comm;
+using namespace std::chrono_literals;
+
+namespace {
+weft::errc code_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const weft::error& err) {
+    return static_cast<weft::errc>(err.code().value());
+  } catch (...) {
+  }
+  return weft::errc::io;
+}
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& err) {
+    return err.what();
+  }
+}
+}  // namespace
+
+TEST_CASE("ranks that disagree on the count fail on every rank, quickly and clearly", "[comm][errors]") {
+  for (auto algo : {wc::algorithm::ring, wc::algorithm::tree, wc::algorithm::star, wc::algorithm::halving_doubling}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto errors = weft_test::run_ranks(4, [&](wc::inproc_transport& t) {
+      std::vector<float> data(t.rank() == 2 ? 101 : 100, 1.0f);
+      wc::options opt;
+      opt.algo = algo;
+      opt.timeout = 10s;
+      wc::allreduce(t, std::span<float>(data), weft::op::sum{}, opt);
+    });
+    const auto took = std::chrono::steady_clock::now() - start;
+    CHECK(took < 5s);  // the abort reaches everyone long before the 10 s deadline
+    bool someone_saw_mismatch = false;
+    for (std::size_t r = 0; r < errors.size(); ++r) {
+      INFO("algorithm " << wc::to_string(algo) << " rank " << r);
+      REQUIRE(errors[r]);
+      const auto code = code_of(errors[r]);
+      CHECK((code == weft::errc::mismatch || code == weft::errc::aborted));
+      if (code == weft::errc::mismatch) {
+        someone_saw_mismatch = true;
+        CHECK(what_of(errors[r]).find("weft::comm::allreduce[") != std::string::npos);
+        CHECK(what_of(errors[r]).find("phase") != std::string::npos);
+      }
+    }
+    CHECK(someone_saw_mismatch);
+  }
+}
+
+TEST_CASE("ranks that disagree on the dtype get a message naming both dtypes", "[comm][errors]") {
+  auto errors = weft_test::run_ranks(2, [&](wc::inproc_transport& t) {
+    if (t.rank() == 0) {
+      std::vector<float> data(8, 1.0f);
+      wc::allreduce(t, std::span<float>(data));
+    } else {
+      std::vector<std::int32_t> data(8, 1);
+      wc::allreduce(t, std::span<std::int32_t>(data));
+    }
+  });
+  REQUIRE(errors[0]);
+  REQUIRE(errors[1]);
+  const std::string all = what_of(errors[0]) + what_of(errors[1]);
+  CHECK(all.find("dtype") != std::string::npos);
+  CHECK(all.find("i32") != std::string::npos);
+  CHECK(all.find("f32") != std::string::npos);
+}
+
+TEST_CASE("a rank that never joins makes the others time out at their deadline", "[comm][errors]") {
+  auto errors = weft_test::run_ranks(3, [&](wc::inproc_transport& t) {
+    if (t.rank() == 1) return;
+    std::vector<double> data(10, 1.0);
+    wc::options opt;
+    opt.timeout = 200ms;
+    opt.algo = wc::algorithm::ring;
+    wc::allreduce(t, std::span<double>(data), weft::op::sum{}, opt);
+  });
+  CHECK_FALSE(errors[1]);
+  REQUIRE(errors[0]);
+  REQUIRE(errors[2]);
+  const auto c0 = code_of(errors[0]), c2 = code_of(errors[2]);
+  CHECK((c0 == weft::errc::timeout || c0 == weft::errc::aborted));
+  CHECK((c2 == weft::errc::timeout || c2 == weft::errc::aborted));
+  CHECK((c0 == weft::errc::timeout || c2 == weft::errc::timeout));
+}
+
+TEST_CASE("bad arguments are rejected before anything is sent", "[comm][errors]") {
+  auto errors = weft_test::run_ranks(2, [&](wc::inproc_transport& t) {
+    std::vector<int> buf(8, 0);
+    std::span<int> all(buf);
+    CHECK_THROWS_AS(wc::broadcast(t, all, 2), weft::error);                                          // unknown root
+    CHECK_THROWS_AS(wc::reduce(t, all, -1), weft::error);                                            // unknown root
+    CHECK_THROWS_AS(wc::allgather(t, std::span<const int>(all.first(4)), all), weft::error);         // aliasing
+    CHECK_THROWS_AS(wc::alltoall(t, std::span<const int>(all.first(3)), all.last(3)), weft::error);  // not divisible
+    CHECK_THROWS_AS(wc::reduce_scatter(t, std::span<const int>(all.first(5)), all.last(2)), weft::error);
+    std::vector<std::size_t> counts{1, 2, 3};
+    CHECK_THROWS_AS(wc::alltoallv(t, std::span<const int>(all.first(3)), std::span<const std::size_t>(counts),
+                                  all.last(3), std::span<const std::size_t>(counts)),
+                    weft::error);  // three counts for two ranks
+    wc::options zero;
+    zero.timeout = 0ms;
+    CHECK_THROWS_AS(wc::allreduce(t, all, weft::op::sum{}, zero), weft::error);
+    wc::options hier;
+    hier.algo = wc::algorithm::hierarchical;
+    CHECK_THROWS_AS(wc::allreduce(t, all, weft::op::sum{}, hier), weft::error);                     // no host map
+    CHECK_THROWS_AS(t.send(t.rank(), {}, std::as_bytes(all), wc::clock_type::now()), weft::error);  // self
+    CHECK_THROWS_AS(t.send(5, {}, std::as_bytes(all), wc::clock_type::now()), weft::error);         // unknown
+    // Nothing was sent: a correct collective still works afterwards.
+    wc::allreduce(t, all);
+  });
+  REQUIRE(weft_test::all_ok(errors));
+  CHECK_THROWS_AS(wc::inproc_world(0), weft::error);
+  wc::inproc_world w(2);
+  CHECK_THROWS_AS(w.transport(2), weft::error);
+}
