@@ -70,7 +70,7 @@ TEST_CASE("members join, newcomers pull the state, leaves are graceful or abrupt
   we::coordinator coord(co);
   coord.start();
   std::mutex mu;
-  std::map<std::uint64_t, std::set<std::uint64_t>> hashes;  // revision -> hashes seen after the step
+  std::map<std::uint64_t, std::set<std::uint64_t>> hashes;  // revision -> hashes held after a sync
   std::atomic<bool> stop{false};
   std::atomic<int> pulled{0};
   auto run = [&](std::string name, int steps, bool crash_at_end) {
@@ -82,11 +82,14 @@ TEST_CASE("members join, newcomers pull the state, leaves are graceful or abrupt
       try {
         const auto info = g.sync();
         if (info.pulled_state) ++pulled;
+        {
+          // After sync() the state is the majority's: this is the state every live member holds.
+          std::lock_guard lock(mu);
+          hashes[m.state.revision()].insert(m.state.hash());
+        }
         step(g, m);
         ++done;
         std::this_thread::sleep_for(10ms);
-        std::lock_guard lock(mu);
-        hashes[m.state.revision()].insert(m.state.hash());
       } catch (const weft::error& e) {
         (void)e;  // a member changed under us: the next sync() rebuilds
       }

@@ -95,7 +95,7 @@ class coordinator {
     std::lock_guard lock(m_);
     return epoch_;
   }
-  /// Names of the members of the last published epoch, in ring order.
+  /// Names of the members of the last published epoch, in ring order, less those dropped since.
   std::vector<std::string> members() const {
     std::lock_guard lock(m_);
     return members_;
@@ -204,7 +204,9 @@ class coordinator {
     peers_.erase(p->id);
     if (p->member) {
       changed_ = true;
-      log(p->name + " dropped: " + why);
+      std::lock_guard lock(m_);
+      events_.push_back(p->name + " dropped: " + why);
+      members_.erase(std::remove(members_.begin(), members_.end(), p->name), members_.end());
     }
     try_round();
   }

@@ -10,6 +10,7 @@
 #include <weft/comm/fault/failure.hpp>
 #include <weft/core/error.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,9 +43,11 @@ struct epoch_info {
   std::uint64_t epoch = 0;
   int rank = 0;  ///< this member's index in the ring order
   int size = 0;
-  std::vector<std::string> members;  ///< names in ring order
-  bool pulled_state = false;         ///< this member's state was replaced by the majority's
-  int sent_state_to = 0;             ///< members this one sent the state to
+  std::vector<std::string> members;   ///< names in ring order
+  std::vector<std::string> departed;  ///< members of this member's previous epoch that are gone (died, stalled, left)
+  std::vector<std::string> joined;    ///< members new since this member's previous epoch
+  bool pulled_state = false;          ///< this member's state was replaced by the majority's
+  int sent_state_to = 0;              ///< members this one sent the state to
 };
 
 /// One member. Construction connects to the coordinator and says HELLO with the state's spec
@@ -109,6 +112,14 @@ class elastic_group {
     info.rank = me;
     info.size = n;
     for (auto& m : members) info.members.push_back(m.name);
+    if (!info_.members.empty()) {
+      for (const auto& old : info_.members)
+        if (std::find(info.members.begin(), info.members.end(), old) == info.members.end())
+          info.departed.push_back(old);
+      for (const auto& now : info.members)
+        if (std::find(info_.members.begin(), info_.members.end(), now) == info_.members.end())
+          info.joined.push_back(now);
+    }
     if (!mesh_ || mesh_->epoch() != e || broken_) {
       mesh_.reset();
       broken_ = true;  // until the new mesh stands
@@ -133,6 +144,9 @@ class elastic_group {
   }
   const epoch_info& info() const noexcept { return info_; }
   const std::string& name() const noexcept { return opt_.name; }
+  /// False once the coordinator connection is gone: the coordinator stopped, or it declared this
+  /// member dead (missed heartbeats) and closed it. Such a member must rejoin as a new member.
+  bool connected() const noexcept { return !lost_; }
   /// This member's vote on admitting joiners at the next boundaries.
   void set_accept_joins(bool accept) noexcept { opt_.accept_joins = accept; }
 
@@ -211,8 +225,10 @@ class elastic_group {
   void send_line(const std::string& s) {
     std::lock_guard lock(ctl_mutex_);
     const std::string line = s + "\n";
-    expects(ctl_ >= 0 && detail::write_all(ctl_, line.data(), line.size(), clock_type::now() + opt_.round_timeout),
-            errc::peer_failure, "weft::comm::elastic::elastic_group", opt_.name,
+    const bool ok =
+        ctl_ >= 0 && detail::write_all(ctl_, line.data(), line.size(), clock_type::now() + opt_.round_timeout);
+    if (!ok) lost_ = true;
+    expects(ok, errc::peer_failure, "weft::comm::elastic::elastic_group", opt_.name,
             ": the coordinator connection is closed (the coordinator died, or dropped this member)");
   }
   std::string read_line(deadline until) {
@@ -234,6 +250,7 @@ class elastic_group {
       char buf[4096];
       const ssize_t r = ::recv(ctl_, buf, sizeof buf, 0);
       if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (r <= 0) lost_ = true;
       expects(r > 0, errc::peer_failure, "weft::comm::elastic::elastic_group", opt_.name,
               ": the coordinator closed the connection (it stopped, or declared this member dead)");
       inbox_.append(buf, static_cast<std::size_t>(r));
@@ -271,6 +288,7 @@ class elastic_group {
   int ctl_ = -1;
   std::mutex ctl_mutex_;  // heartbeat thread and driver both write the control socket
   std::string inbox_;
+  std::atomic<bool> lost_{false};
   std::unique_ptr<mesh_transport> mesh_;
   bool broken_ = false;
   std::uint32_t channel_ = 1;
