@@ -412,22 +412,22 @@ int run_launcher(const settings& s) {
       finals.size() == 1 ? "yes" : "NO", finals.size(), bad.size());
   std::printf("pseudo-gradient bytes w0 sent, measured on its transport (%s): %llu\n", s.mode.c_str(), bytes);
   std::printf("wall time %.1f s; loss curve: %s/loss.csv\n", secs, s.out.c_str());
-  const std::string plot =
-      "python3 - <<'EOF' >/dev/null 2>&1\n"
-      "import csv\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
-      "rows=list(csv.DictReader(open('" +
-      s.out +
-      "/loss.csv')))\n"
-      "x=[int(r['outer_step']) for r in rows]; y=[float(r['eval_loss']) for r in rows]\n"
-      "m=[int(r['members']) for r in rows]\n"
-      "fig,ax=plt.subplots(figsize=(7,4)); ax.plot(x,y,label='eval loss'); ax.set_yscale('log')\n"
-      "ax.set_xlabel('outer step'); ax.set_ylabel('MSE (log)')\n"
-      "ax2=ax.twinx(); ax2.step(x,m,color='gray',alpha=0.5,label='members'); ax2.set_ylabel('members')\n"
-      "ax.set_title('DiLoCo (" +
-      s.mode +
-      ") with a worker killed and a new one joining')\n"
-      "fig.tight_layout(); fig.savefig('" +
-      s.out + "/loss.png')\nEOF";
+  {
+    std::ofstream py(s.out + "/plot_loss.py");
+    py << "import csv, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+       << "rows = list(csv.DictReader(open('" << s.out << "/loss.csv')))\n"
+       << "x = [int(r['outer_step']) for r in rows]; y = [float(r['eval_loss']) for r in rows]\n"
+       << "m = [int(r['members']) for r in rows]\n"
+       << "fig, ax = plt.subplots(figsize=(7, 4)); ax.plot(x, y, label='eval loss'); ax.set_yscale('log')\n"
+       << "ax.set_xlabel('outer step'); ax.set_ylabel('eval MSE (log scale)')\n"
+       << "ax2 = ax.twinx(); ax2.step(x, m, color='gray', alpha=0.5, where='post'); ax2.set_ylabel('members')\n"
+       << "ax2.set_ylim(0, max(m) + 1)\n"
+       << "ax.set_title('DiLoCo (" << s.mode << "): a worker killed, a newcomer joins')\n"
+       << "fig.tight_layout(); fig.savefig('" << s.out << "/loss.png', dpi=100)\n";
+  }
+  // The first python3 on PATH may lack matplotlib (e.g. pyenv); the system one is the fallback.
+  const std::string plot = "python3 " + s.out + "/plot_loss.py >/dev/null 2>&1 || /usr/bin/python3 " + s.out +
+                           "/plot_loss.py >/dev/null 2>&1";
   if (std::system(plot.c_str()) == 0)
     std::printf("loss curve plot: %s/loss.png\n", s.out.c_str());
   else

@@ -22,8 +22,9 @@ namespace weft::comm::compress {
 /// Thread-safety: that of the held compressor. Every operation costs the held one's plus O(1).
 class any_compressor {
  public:
-  template <compressor C>
-  requires(!std::is_same_v<std::remove_cvref_t<C>, any_compressor>) any_compressor(C c)
+  // The same-type test comes first: it keeps the compressor check from recursing into itself.
+  template <class C>
+  requires(!std::is_same_v<std::remove_cvref_t<C>, any_compressor> && compressor<C>) any_compressor(C c)
       : impl_(std::make_unique<model<C>>(std::move(c))) {}
 
   std::size_t encoded_bytes(std::size_t n) const { return impl_->encoded_bytes(n); }
