@@ -53,7 +53,7 @@ struct shm_ring_ctl {
   alignas(64) std::atomic<std::uint64_t> head{0};  // bytes ever written (producer)
   alignas(64) std::atomic<std::uint64_t> tail{0};  // bytes ever read (consumer)
 };
-struct shm_header {
+struct alignas(64) shm_header {  // a multiple of 64 bytes, so the doorbells after it are aligned
   std::atomic<std::uint64_t> magic{0};
   std::int32_t size = 0;
   std::atomic<std::int32_t> attached{0};
@@ -74,6 +74,7 @@ class shm_link {
   shm_link(std::byte* base, int rank, int size, std::size_t ring_bytes, std::chrono::microseconds spin)
       : base_(base), rank_(rank), size_(size), ring_(ring_bytes), spin_(spin) {}
 
+  static_assert(sizeof(shm_header) % 64 == 0 && sizeof(shm_doorbell) % 64 == 0 && sizeof(shm_ring_ctl) % 64 == 0);
   static std::size_t layout_bytes(int size, std::size_t ring_bytes) {
     const auto P = static_cast<std::size_t>(size);
     return sizeof(shm_header) + P * sizeof(shm_doorbell) + P * P * sizeof(shm_ring_ctl) + P * P * ring_bytes;
