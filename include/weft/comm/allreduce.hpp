@@ -290,8 +290,8 @@ void allreduce(Tr& t, std::span<T> data, Op op = {}, const options& opt = {}) {
   if (algo == algorithm::hierarchical)
     expects(opt.hosts.size() == static_cast<std::size_t>(p), errc::invalid_argument, where,
             "hierarchical allreduce needs a host id for each of the ", p, " ranks, got ", opt.hosts.size());
-  const msg_tag tag{opt.channel,
-                    make_check(collective::allreduce, dtype_of<T>, algo, data.size(), Op::name, opt.segment_bytes)};
+  const msg_tag tag{
+      opt.channel, make_check(collective::allreduce, dtype_of<T>, algo, data.size(), op_name<Op>(), opt.segment_bytes)};
   const deadline until = clock_type::now() + opt.timeout;
   const std::size_t seg = detail::segment_elems(opt.segment_bytes, sizeof(T));
   const auto P = static_cast<std::size_t>(p);

@@ -75,7 +75,7 @@ void reduce_scatter(Tr& t, std::span<const T> in, std::span<T> out, Op op = {}, 
   expects(!detail::overlap(in, out), errc::invalid_argument, where, "input and output overlap");
   const deadline until = detail::start_call(where, opt);
   const msg_tag tag{opt.channel, make_check(collective::reduce_scatter, dtype_of<T>, algorithm::ring, out.size(),
-                                            Op::name, opt.segment_bytes)};
+                                            op_name<Op>(), opt.segment_bytes)};
   detail::call_context c(t, where, tag, until);
   const std::size_t b = out.size();
   std::vector<T> work(in.begin(), in.end());
@@ -153,8 +153,8 @@ void reduce(Tr& t, std::span<T> data, int root, Op op = {}, const options& opt =
   const int p = static_cast<int>(t.size()), r = static_cast<int>(t.rank());
   detail::check_root(where, root, p);
   const deadline until = detail::start_call(where, opt);
-  const msg_tag tag{opt.channel, make_check(collective::reduce, dtype_of<T>, algorithm::tree, data.size(), Op::name,
-                                            opt.segment_bytes + static_cast<std::size_t>(root))};
+  const msg_tag tag{opt.channel, make_check(collective::reduce, dtype_of<T>, algorithm::tree, data.size(),
+                                            op_name<Op>(), opt.segment_bytes + static_cast<std::size_t>(root))};
   detail::call_context c(t, where, tag, until);
   const auto links = detail::binomial(p, r, root);
   std::vector<T> own;

@@ -105,6 +105,16 @@ constexpr std::uint32_t fnv1a(std::uint32_t h, std::string_view s) noexcept {
 }
 }  // namespace detail
 
+/// The operator's name for the check word: Op::name when it has one (weft::op::* do), otherwise
+/// a fixed placeholder, so user-written operators need nothing beyond weft::reduce_op.
+template <class Op>
+constexpr std::string_view op_name() noexcept {
+  if constexpr (requires { std::string_view(Op::name); })
+    return std::string_view(Op::name);
+  else
+    return "user-op";
+}
+
 /// The check word: bits 0-3 collective, 4-7 dtype, 8-11 algorithm, 12-31 a hash of the element
 /// count, the operator's name and the segment size. O(length of op name).
 constexpr std::uint32_t make_check(collective c, dtype t, algorithm a, std::uint64_t count, std::string_view op_name,

@@ -34,7 +34,10 @@ namespace weft::comm {
 struct shm_options {
   std::size_t ring_bytes = std::size_t{4} << 20;      ///< per ordered pair; a power of two >= 4096
   std::chrono::milliseconds connect_timeout{30'000};  ///< how long to wait for all ranks to attach
-  int spin = 64;                                      ///< polls before sleeping on the doorbell
+  /// How long a waiter polls its doorbell before sleeping in futex(2): long enough to catch a
+  /// peer that answers at once (no syscall, no wake-up), short enough not to starve peers that
+  /// share the core.
+  std::chrono::microseconds spin{2};
 };
 
 namespace detail {
@@ -50,7 +53,7 @@ struct shm_ring_ctl {
   alignas(64) std::atomic<std::uint64_t> head{0};  // bytes ever written (producer)
   alignas(64) std::atomic<std::uint64_t> tail{0};  // bytes ever read (consumer)
 };
-struct shm_header {
+struct alignas(64) shm_header {  // a multiple of 64 bytes, so the doorbells after it are aligned
   std::atomic<std::uint64_t> magic{0};
   std::int32_t size = 0;
   std::atomic<std::int32_t> attached{0};
@@ -68,9 +71,10 @@ inline long futex(std::atomic<std::uint32_t>* addr, int op, std::uint32_t val, c
 /// The link of stream_engine over the mapped segment. Not for direct use.
 class shm_link {
  public:
-  shm_link(std::byte* base, int rank, int size, std::size_t ring_bytes, int spin)
+  shm_link(std::byte* base, int rank, int size, std::size_t ring_bytes, std::chrono::microseconds spin)
       : base_(base), rank_(rank), size_(size), ring_(ring_bytes), spin_(spin) {}
 
+  static_assert(sizeof(shm_header) % 64 == 0 && sizeof(shm_doorbell) % 64 == 0 && sizeof(shm_ring_ctl) % 64 == 0);
   static std::size_t layout_bytes(int size, std::size_t ring_bytes) {
     const auto P = static_cast<std::size_t>(size);
     return sizeof(shm_header) + P * sizeof(shm_doorbell) + P * P * sizeof(shm_ring_ctl) + P * P * ring_bytes;
@@ -120,16 +124,18 @@ class shm_link {
   }
   std::uint64_t ticket() const { return bell(rank_).seq.load(std::memory_order_seq_cst); }
 
-  /// Spins `spin` polls, then sleeps on this rank's doorbell until a peer rings it or `until`.
+  /// Polls for `spin`, then sleeps on this rank's doorbell until a peer rings it or `until`.
   /// Every 200 ms it checks that the peers' processes still exist.
   void wait(std::uint64_t ticket, deadline until, int) {
     auto& b = bell(rank_);
     const auto t = static_cast<std::uint32_t>(ticket);
-    for (int i = 0; i < spin_; ++i) {
+    const auto spin_until = clock_type::now() + spin_;
+    for (int i = 1;; ++i) {
       if (b.seq.load(std::memory_order_seq_cst) != t) return;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
+      if (i % 64 == 0 && clock_type::now() >= spin_until) break;
     }
     check_peers_alive();
     const auto now = clock_type::now();
@@ -140,6 +146,8 @@ class shm_link {
     if (b.seq.load(std::memory_order_seq_cst) == t) futex(&b.seq, FUTEX_WAIT, t, &ts);
     b.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
+
+  void poke() { ring(rank_); }
 
   void on_abort(const std::string& why) {
     auto& h = header();
@@ -188,7 +196,7 @@ class shm_link {
   std::byte* base_;
   int rank_, size_;
   std::size_t ring_;
-  int spin_;
+  std::chrono::microseconds spin_;
   clock_type::time_point last_alive_check_{};
 };
 

@@ -37,8 +37,8 @@ inline constexpr std::uint32_t abort_channel = 0xffffffffu;
 
 /// Wants from a link (shm_link, tcp_link): non-blocking write_some/read_some per (peer, conn)
 /// returning the bytes moved (0 = would block; throws weft::error when the stream failed), a
-/// ticket() taken before trying, and wait(ticket, until, write_peer) that returns when progress
-/// may be possible (or at `until`).
+/// ticket() taken before trying, wait(ticket, until, write_peer) that returns when progress
+/// may be possible (or at `until`), poke() that wakes this rank's own waiters, and on_abort(why).
 template <class Link>
 class stream_engine {
  public:
@@ -286,11 +286,7 @@ class stream_engine {
   // Posts r on its stream, or completes it from a frame that arrived earlier. rx.m must be held.
   void post(rx_state& rx, request& r) {
     r.deferred = false;
-    if (rx.closed) {
-      fail(r, rx.close_code, rx.close_reason);
-      return;
-    }
-    auto it = rx.unexpected.find(r.channel);
+    auto it = rx.unexpected.find(r.channel);  // frames that arrived before a close still count
     if (it != rx.unexpected.end() && !it->second.empty()) {
       frame& f = it->second.front();
       if (!f.complete) {  // still arriving: take it when complete, to keep the order
@@ -305,6 +301,10 @@ class stream_engine {
         r.done = true;
       }
       it->second.pop_front();
+      return;
+    }
+    if (rx.closed) {
+      fail(r, rx.close_code, rx.close_reason);
       return;
     }
     rx.posted.push_back(&r);
@@ -384,6 +384,7 @@ class stream_engine {
       }
     }
     std::size_t locked = 0;
+    bool sent_all = false;
     for (;;) {
       const auto ticket = link_.ticket();
       std::size_t progressed = 0;
@@ -393,7 +394,9 @@ class stream_engine {
         ++locked;
       }
       bool send_done = true;
-      if (locked == tx_locks.size()) {
+      if (sent_all) {
+        // nothing left to write
+      } else if (locked == tx_locks.size()) {
         for (auto& po : pieces) {
           const std::size_t end = header_bytes + po.len;
           try {
@@ -412,12 +415,15 @@ class stream_engine {
           }
           if (po.off < end) send_done = false;
         }
-        if (send_done)
+        if (send_done) {
           for (std::size_t i = 0; i < tx_locks.size(); ++i)
             if (tx_locks[i].owns_lock()) {
               tx_[index(dst, pieces[i].conn)]->partial = false;
               tx_locks[i].unlock();
             }
+          if (!tx_locks.empty()) link_.poke();  // a thread of ours may wait for these locks
+          sent_all = true;
+        }
       } else {
         send_done = false;
       }
@@ -446,8 +452,12 @@ class stream_engine {
                  concat("deadline passed with ", sent, " of ", out.size(), " bytes sent and ", got, " of ", in.size(),
                         " bytes received"));
       }
-      if (progressed == 0)
-        link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(50)), send_done ? -1 : dst);
+      if (progressed == 0) {
+        if (locked < tx_locks.size())  // another thread of ours is writing to dst: look again soon
+          link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(1)), -1);
+        else
+          link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(50)), send_done ? -1 : dst);
+      }
     }
   }
 
