@@ -214,7 +214,8 @@ outcome run_compressed(int p, std::size_t n, Make make, cz::strategy how, bool a
   }
   o.rel_l2_err = den > 0 ? std::sqrt(num / den) : 0;
   for (int r = 1; r < p; ++r)
-    o.identical = o.identical && std::memcmp(result[0].data(), result[static_cast<std::size_t>(r)].data(), n * 4) == 0;
+    o.identical = o.identical &&
+                  (n == 0 || std::memcmp(result[0].data(), result[static_cast<std::size_t>(r)].data(), n * 4) == 0);
   o.bytes_per_rank = bytes[0];
   return o;
 }

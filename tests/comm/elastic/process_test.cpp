@@ -63,7 +63,7 @@ struct signal_after {
     o.coordinator_port = port;
     o.name = name;
     o.heartbeat_interval = 100ms;
-    o.collective_timeout = 1s;
+    o.collective_timeout = 2s;
     o.connect_timeout = 2s;
     o.round_timeout = 20s;
     try {
@@ -184,7 +184,7 @@ void check_agreement(const cluster& c, const std::vector<int>& survivors) {
 TEST_CASE("kill -9 of a member mid-run: survivors get an error naming it, re-form, agree", "[comm][elastic][process]") {
   we::coordinator_options co;
   co.min_members = 4;
-  co.heartbeat_timeout = 1s;
+  co.heartbeat_timeout = 2s;  // generous: the suite may run on a loaded machine (ASan, -j)
   we::coordinator coord(co);
   auto c = start(coord, 4, 2, SIGKILL);  // w2 dies by SIGKILL inside the allreduce of revision 15
   const auto killed_at = std::chrono::steady_clock::now();
@@ -216,7 +216,7 @@ TEST_CASE("SIGSTOP of a member: survivors time out, the coordinator drops it, it
           "[comm][elastic][process]") {
   we::coordinator_options co;
   co.min_members = 4;
-  co.heartbeat_timeout = 1s;
+  co.heartbeat_timeout = 2s;  // generous: the suite may run on a loaded machine (ASan, -j)
   we::coordinator coord(co);
   auto c = start(coord, 4, 1, SIGSTOP);  // w1 stops itself inside the allreduce of revision 15
   CHECK(wait_exit(c.pids[1], 30s) == 1000 + SIGSTOP);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
@@ -266,6 +267,7 @@ class mesh_transport {
     std::size_t hdr_got = 0;
     std::vector<std::byte> body;
     std::size_t body_got = 0;
+    std::string closed;  // non-empty once the connection ended: why
   };
 
   static std::size_t idx(int i) noexcept { return static_cast<std::size_t>(i); }
@@ -284,10 +286,13 @@ class mesh_transport {
     if (aborted_) weft::detail::raise(errc::aborted, "weft::comm::elastic::mesh_transport", reason_);
   }
 
-  // Reads what peer j has available; completed frames go to the stash. Throws on close/abort.
+  // Reads what peer j has available; completed frames go to the stash. A closed connection is
+  // recorded, not thrown: it fails only the calls that need that peer (frames it sent before
+  // closing are still delivered), so a member that finished a collective and left does not break
+  // the others still completing it. An abort frame throws.
   void pump(int j, std::uint32_t channel) {
     auto& s = rx_[idx(j)];
-    for (;;) {
+    while (s.closed.empty()) {
       std::byte* dst;
       std::size_t want;
       if (s.hdr_got < sizeof(frame_hdr)) {
@@ -299,10 +304,11 @@ class mesh_transport {
       }
       if (want > 0) {
         const ssize_t r = ::recv(fds_[idx(j)], dst, want, 0);
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-          fail(errc::peer_failure, j, channel, "recv",
-               r == 0 ? std::string("the connection was closed by the peer (it died or left)")
-                      : std::string("connection error: ") + std::strerror(errno));
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+          s.closed = r == 0 ? std::string("the connection was closed by the peer (it died or left)")
+                            : std::string("connection error: ") + std::strerror(errno);
+          return;
+        }
         if (r < 0) return;
         if (s.hdr_got < sizeof(frame_hdr)) {
           s.hdr_got += static_cast<std::size_t>(r);
@@ -346,9 +352,13 @@ class mesh_transport {
         }
       }
       if (!in && sent == total) return;
+      if (in && sent == total && !rx_[idx(src)].closed.empty())
+        fail(errc::peer_failure, src, tag.channel, "recv", rx_[idx(src)].closed);
+      if (sent < total && !rx_[idx(dst)].closed.empty())
+        fail(errc::peer_failure, dst, tag.channel, "send", rx_[idx(dst)].closed);
       polls.clear();
       for (int j = 0; j < size(); ++j) {
-        if (j == me_) continue;
+        if (j == me_ || (!rx_[idx(j)].closed.empty() && j != dst)) continue;
         short ev = POLLIN;
         if (j == dst && sent < total) ev |= POLLOUT;
         polls.push_back({fds_[idx(j)], ev, 0});
