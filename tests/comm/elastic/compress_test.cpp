@@ -67,6 +67,8 @@ struct sign_compressor {
   const char* name() const { return "sign"; }
 };
 static_assert(cz::compressor<sign_compressor>);
+static_assert(cz::compressor<cz::any_compressor> && !cz::summable_compressor<cz::any_compressor>);
+static_assert(weft::comm::transport<cz::metered_transport<weft::comm::inproc_transport>>);
 static_assert(!cz::summable_compressor<sign_compressor> && !cz::sparse_compressor<sign_compressor>);
 
 }  // namespace

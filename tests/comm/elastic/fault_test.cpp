@@ -17,6 +17,21 @@ using namespace std::chrono_literals;
 using ft = wf::fault_transport<wc::inproc_transport>;
 
 namespace {
+// Archetype: the weakest transport comm's concept accepts. Each decorator must accept it too and
+// still be a transport (the decorators use nothing but the concept).
+struct minimal_transport {
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  void send(int, wc::msg_tag, std::span<const std::byte>, wc::deadline) {}
+  void recv(int, wc::msg_tag, std::span<std::byte>, wc::deadline) {}
+  void sendrecv(int, std::span<const std::byte>, int, std::span<std::byte>, wc::msg_tag, wc::deadline) {}
+};
+static_assert(wc::transport<minimal_transport> && !wc::abortable_transport<minimal_transport>);
+static_assert(wc::abortable_transport<wf::fault_transport<minimal_transport>>);
+static_assert(wc::abortable_transport<wf::tag_isolating_transport<minimal_transport>>);
+static_assert(!wc::concurrent_transport<wf::fault_transport<minimal_transport>>);
+static_assert(wc::concurrent_transport<wf::tag_isolating_transport<wc::inproc_transport>>);
+
 std::vector<float> input(int rank, std::size_t n) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rank * 1000 + static_cast<int>(i % 97));
