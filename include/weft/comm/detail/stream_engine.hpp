@@ -326,7 +326,21 @@ class stream_engine {
     }
   }
 
-  [[noreturn]] void raise_op(errc code, const char* op, int dst, int src, msg_tag tag, const std::string& what) {
+  [[noreturn]] void raise_op(errc code, const char* op, int dst, int src, msg_tag tag, std::string what) {
+    if (code == errc::peer_failure && !aborted_.load()) {
+      // A peer that aborts sends its reason, then closes: a write can fail before the reason is
+      // read. Drain the incoming streams briefly so the error says why, not just "closed".
+      const deadline limit = clock_type::now() + std::chrono::milliseconds(100);
+      while (!aborted_.load() && clock_type::now() < limit) {
+        const auto ticket = link_.ticket();
+        if (pump_all() == 0) link_.wait(ticket, std::min(limit, clock_type::now() + std::chrono::milliseconds(5)), -1);
+      }
+    }
+    if (aborted_.load()) {
+      std::lock_guard lock(abort_mutex_);
+      code = errc::aborted;
+      what = abort_reason_;
+    }
     std::string peers;
     if (dst >= 0) peers += concat(" to peer ", dst);
     if (src >= 0) peers += concat(" from peer ", src);
@@ -335,10 +349,7 @@ class stream_engine {
 
   void exchange(int dst, std::span<const std::byte> out, bool sending, int src, std::span<std::byte> in, msg_tag tag,
                 deadline until, const char* op) {
-    if (aborted_.load()) {
-      std::lock_guard lock(abort_mutex_);
-      raise_op(errc::aborted, op, sending ? dst : -1, src, tag, abort_reason_);
-    }
+    if (aborted_.load()) raise_op(errc::aborted, op, sending ? dst : -1, src, tag, {});  // fills in the reason
     // Receive side: one request per piece.
     std::vector<request> reqs;
     if (src >= 0) {
@@ -439,10 +450,7 @@ class stream_engine {
         if (!r.done) recv_done = false;
       }
       if (send_done && recv_done) return;
-      if (aborted_.load()) {
-        std::lock_guard lock(abort_mutex_);
-        raise_op(errc::aborted, op, sending ? dst : -1, src, tag, abort_reason_);
-      }
+      if (aborted_.load()) raise_op(errc::aborted, op, sending ? dst : -1, src, tag, {});
       const auto now = clock_type::now();
       if (now >= until) {
         std::size_t sent = 0, got = 0;
