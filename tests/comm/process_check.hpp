@@ -4,6 +4,7 @@
 #pragma once
 
 #include <weft/comm/collectives.hpp>
+#include <weft/comm/nonblocking.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -59,6 +60,28 @@ void check_all_collectives(Tr& t, const std::vector<std::size_t>& sizes, std::si
   wc::broadcast(t, std::span<std::int32_t>(bc), p - 1);
   for (auto v : bc)
     if (v != p - 1) throw std::runtime_error("broadcast wrong");
+  // Three collectives in flight at once on their own channels, big enough to need many wake-ups.
+  if constexpr (wc::concurrent_transport<Tr>) {
+    std::vector<float> a(300'001, 1.0f), b(5'000, 2.0f);
+    std::vector<std::int32_t> in2(static_cast<std::size_t>(p) * 2'000, r), out2(in2.size());
+    wc::options oa, ob, oc;
+    oa.channel = 11;
+    ob.channel = 12;
+    ob.algo = wc::algorithm::tree;
+    oc.channel = 13;
+    auto ha = wc::start_allreduce(t, std::span<float>(a), weft::op::sum{}, oa);
+    auto hb = wc::start_allreduce(t, std::span<float>(b), weft::op::sum{}, ob);
+    auto hc = wc::start_alltoall(t, std::span<const std::int32_t>(in2), std::span<std::int32_t>(out2), oc);
+    hb.wait();
+    hc.wait();
+    ha.wait();
+    for (float x : a)
+      if (x != static_cast<float>(p)) throw std::runtime_error("non-blocking allreduce a wrong");
+    for (float x : b)
+      if (x != 2.0f * static_cast<float>(p)) throw std::runtime_error("non-blocking allreduce b wrong");
+    for (std::size_t i = 0; i < out2.size(); ++i)
+      if (out2[i] != static_cast<std::int32_t>(i / 2'000)) throw std::runtime_error("non-blocking alltoall wrong");
+  }
   wc::barrier(t);
 }
 

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -211,7 +212,16 @@ class tcp_link {
     if (left <= 0) return;
     ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<long long>((left + 999) / 1000, 50)));
   }
-  void poke() {}  // waiters poll with a short timeout while another thread holds a write lock
+  void poke() {}            // waiters poll with a short timeout while another thread holds a write lock
+  void check_alive(int) {}  // a dead peer's socket reports EOF or a reset by itself
+  // No single-copy path between hosts: every payload travels through the socket.
+  std::size_t remote_min() const { return SIZE_MAX; }
+  [[noreturn]] void remote_read(int, std::uint64_t, std::byte*, std::size_t) {
+    weft::detail::raise(errc::unsupported, "weft::comm::tcp_transport", "a peer sent a single-copy piece over tcp");
+  }
+  void remote_ack(int) {}
+  std::uint64_t remote_post(int) { return 0; }
+  std::uint64_t remote_acked(int) const { return 0; }
   void on_abort(const std::string&) {
     for (int f : fds_)
       if (f >= 0) ::shutdown(f, SHUT_RDWR);

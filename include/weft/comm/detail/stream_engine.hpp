@@ -25,20 +25,26 @@
 
 namespace weft::comm::detail {
 
-/// The wire header of one piece: channel, check word, whole message bytes, this piece's bytes.
+/// The wire header of one piece: channel, check word, whole message bytes, this piece's bytes,
+/// and, for a single-copy piece, the sender's address of the payload (0: the payload follows).
 struct frame_header {
   std::uint32_t channel;
   std::uint32_t check;
   std::uint64_t total;
   std::uint64_t piece;
+  std::uint64_t remote = 0;
 };
-inline constexpr std::size_t header_bytes = 24;
+inline constexpr std::size_t header_bytes = 32;
 inline constexpr std::uint32_t abort_channel = 0xffffffffu;
 
 /// Wants from a link (shm_link, tcp_link): non-blocking write_some/read_some per (peer, conn)
 /// returning the bytes moved (0 = would block; throws weft::error when the stream failed), a
 /// ticket() taken before trying, wait(ticket, until, write_peer) that returns when progress
-/// may be possible (or at `until`), poke() that wakes this rank's own waiters, and on_abort(why).
+/// may be possible (or at `until`), poke() that wakes this rank's own waiters, check_alive(peer)
+/// (throws when the peer's process is gone), on_abort(why), and
+/// the single-copy hooks: remote_min() (pieces at least this big are read by the receiver from the
+/// sender's memory), remote_read(peer, addr, dst, n), remote_ack(peer), remote_post(peer) and
+/// remote_acked(peer) (counts of such pieces posted to / read by peer).
 template <class Link>
 class stream_engine {
  public:
@@ -83,7 +89,7 @@ class stream_engine {
       while (!lock.try_lock() && clock_type::now() < until) pump_all();
       if (!lock.owns_lock() || tx.partial) continue;  // mid-message from another thread: rely on shutdown
       std::array<std::byte, header_bytes> h{};
-      const frame_header fh{abort_channel, 0, text.size(), text.size()};
+      const frame_header fh{abort_channel, 0, text.size(), text.size(), 0};
       std::memcpy(h.data(), &fh, header_bytes);
       std::vector<std::byte> frame(h.begin(), h.end());
       for (char ch : text) frame.push_back(static_cast<std::byte>(ch));
@@ -145,6 +151,8 @@ class stream_engine {
     std::array<std::byte, header_bytes> hdr;
     const std::byte* data;
     std::size_t len, off = 0;  // off counts header + payload bytes written
+    bool remote = false;       // single copy: the receiver reads len bytes from data itself
+    std::uint64_t seq = 0;     // the link's count of remote pieces to dst once this one is posted
   };
 
   std::size_t index(int peer, int conn) const {
@@ -188,6 +196,15 @@ class stream_engine {
     if (total != r.total || piece != r.len)
       return concat("the peer sent a message of ", total, " bytes but this rank expects ", r.total);
     return {};
+  }
+
+  // A single-copy piece: read the payload straight out of the sender's memory into wherever
+  // begin_payload chose, then tell the sender its buffer is free.
+  void take_remote(rx_state& rx, int peer, std::uint64_t addr) {
+    if (rx.remaining > 0) link_.remote_read(peer, addr, rx.target, rx.remaining);
+    rx.target += rx.remaining;
+    rx.remaining = 0;
+    link_.remote_ack(peer);
   }
 
   void begin_payload(rx_state& rx, const frame_header& h) {
@@ -254,6 +271,7 @@ class stream_engine {
           frame_header h;
           std::memcpy(&h, rx.hdr.data(), header_bytes);
           begin_payload(rx, h);
+          if (h.remote != 0 && h.channel != abort_channel) take_remote(rx, peer, h.remote);
         } else if (rx.remaining > 0) {
           const std::size_t n = link_.read_some(peer, conn, rx.target, rx.remaining);
           if (n == 0) break;
@@ -326,7 +344,21 @@ class stream_engine {
     }
   }
 
-  [[noreturn]] void raise_op(errc code, const char* op, int dst, int src, msg_tag tag, const std::string& what) {
+  [[noreturn]] void raise_op(errc code, const char* op, int dst, int src, msg_tag tag, std::string what) {
+    if (code == errc::peer_failure && !aborted_.load()) {
+      // A peer that aborts sends its reason, then closes: a write can fail before the reason is
+      // read. Drain the incoming streams briefly so the error says why, not just "closed".
+      const deadline limit = clock_type::now() + std::chrono::milliseconds(100);
+      while (!aborted_.load() && clock_type::now() < limit) {
+        const auto ticket = link_.ticket();
+        if (pump_all() == 0) link_.wait(ticket, std::min(limit, clock_type::now() + std::chrono::milliseconds(5)), -1);
+      }
+    }
+    if (aborted_.load()) {
+      std::lock_guard lock(abort_mutex_);
+      code = errc::aborted;
+      what = abort_reason_;
+    }
     std::string peers;
     if (dst >= 0) peers += concat(" to peer ", dst);
     if (src >= 0) peers += concat(" from peer ", src);
@@ -335,10 +367,7 @@ class stream_engine {
 
   void exchange(int dst, std::span<const std::byte> out, bool sending, int src, std::span<std::byte> in, msg_tag tag,
                 deadline until, const char* op) {
-    if (aborted_.load()) {
-      std::lock_guard lock(abort_mutex_);
-      raise_op(errc::aborted, op, sending ? dst : -1, src, tag, abort_reason_);
-    }
+    if (aborted_.load()) raise_op(errc::aborted, op, sending ? dst : -1, src, tag, {});  // fills in the reason
     // Receive side: one request per piece.
     std::vector<request> reqs;
     if (src >= 0) {
@@ -377,7 +406,9 @@ class stream_engine {
       for (int i = 0; i < k; ++i) {
         const auto I = static_cast<std::size_t>(i), K = static_cast<std::size_t>(k);
         piece_out po{i, {}, out.data() + chunk_begin(out.size(), K, I), chunk_size(out.size(), K, I), 0};
-        const frame_header fh{tag.channel, tag.check, out.size(), po.len};
+        po.remote = po.len >= link_.remote_min();
+        const frame_header fh{tag.channel, tag.check, out.size(), po.len,
+                              po.remote ? static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(po.data)) : 0};
         std::memcpy(po.hdr.data(), &fh, header_bytes);
         pieces.push_back(po);
         tx_locks.emplace_back(tx_[index(dst, i)]->m, std::defer_lock);
@@ -398,7 +429,7 @@ class stream_engine {
         // nothing left to write
       } else if (locked == tx_locks.size()) {
         for (auto& po : pieces) {
-          const std::size_t end = header_bytes + po.len;
+          const std::size_t end = header_bytes + (po.remote ? 0 : po.len);
           try {
             while (po.off < end) {
               std::size_t n;
@@ -413,7 +444,12 @@ class stream_engine {
           } catch (const error& e) {
             raise_op(static_cast<errc>(e.code().value()), op, dst, src, tag, e.what());
           }
-          if (po.off < end) send_done = false;
+          if (po.off < end) {
+            send_done = false;
+          } else if (po.remote) {  // the buffer is ours again only when the receiver has read it
+            if (po.seq == 0) po.seq = link_.remote_post(dst);
+            if (link_.remote_acked(dst) < po.seq) send_done = false;
+          }
         }
         if (send_done) {
           for (std::size_t i = 0; i < tx_locks.size(); ++i)
@@ -439,20 +475,28 @@ class stream_engine {
         if (!r.done) recv_done = false;
       }
       if (send_done && recv_done) return;
-      if (aborted_.load()) {
-        std::lock_guard lock(abort_mutex_);
-        raise_op(errc::aborted, op, sending ? dst : -1, src, tag, abort_reason_);
-      }
+      if (aborted_.load()) raise_op(errc::aborted, op, sending ? dst : -1, src, tag, {});
       const auto now = clock_type::now();
       if (now >= until) {
         std::size_t sent = 0, got = 0;
-        for (auto& po : pieces) sent += po.off >= header_bytes ? po.off - header_bytes : 0;
+        for (auto& po : pieces)
+          sent += po.remote ? (po.seq != 0 && link_.remote_acked(dst) >= po.seq ? po.len : 0)
+                            : (po.off >= header_bytes ? po.off - header_bytes : 0);
         for (auto& r : reqs) got += r.done ? r.len : 0;
         raise_op(errc::timeout, op, sending ? dst : -1, src, tag,
                  concat("deadline passed with ", sent, " of ", out.size(), " bytes sent and ", got, " of ", in.size(),
                         " bytes received"));
       }
       if (progressed == 0) {
+        try {  // a peer we wait on whose process is gone will never answer
+          if (!recv_done && src >= 0) link_.check_alive(src);
+          if (!send_done && sending) link_.check_alive(dst);
+        } catch (const error& e) {
+          // Its last bytes may have landed between our look and its exit: look once more.
+          if (pump_all() == 0)
+            raise_op(static_cast<errc>(e.code().value()), op, sending ? dst : -1, src, tag, e.what());
+          continue;
+        }
         if (locked < tx_locks.size())  // another thread of ours is writing to dst: look again soon
           link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(1)), -1);
         else
