@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
     std::vector<weft::bfloat16> xb;
     for (float v : x) xb.push_back(weft::bfloat16(v));
     const double sb = time_median(reps * 4, [&] {
-      wq::gemv_w4(ws[static_cast<std::size_t>(next++ % layers)], std::span<const weft::bfloat16>(xb), std::span<float>(y));
+      wq::gemv_w4(ws[static_cast<std::size_t>(next++ % layers)], std::span<const weft::bfloat16>(xb),
+                  std::span<float>(y));
     });
     record("gemv", "weft_w4a16_bf16", shape, sb, bytes, 2.0 * n * k);
     ws.clear();

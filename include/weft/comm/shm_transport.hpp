@@ -247,7 +247,7 @@ class shm_link {
 /// has attached, so nothing is left behind; the others wait for it up to connect_timeout.
 /// Satisfies concurrent_transport and abortable_transport. Send/recv cost one copy into and one
 /// out of the ring, O(bytes). Thread-safe across channels. Not copyable or movable.
-class shm_transport {
+class shm_transport : public detail::engine_front<detail::shm_link> {
  public:
   static constexpr bool thread_safe_channels = true;
 
@@ -338,25 +338,12 @@ class shm_transport {
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
-  void send(int peer, msg_tag tag, std::span<const std::byte> bytes, deadline until) {
-    engine_->send(peer, tag, bytes, until);
-  }
-  void recv(int peer, msg_tag tag, std::span<std::byte> bytes, deadline until) {
-    engine_->recv(peer, tag, bytes, until);
-  }
-  void sendrecv(int dst, std::span<const std::byte> out, int src, std::span<std::byte> in, msg_tag tag,
-                deadline until) {
-    engine_->sendrecv(dst, out, src, in, tag, until);
-  }
-  /// Fails every operation of every rank with errc::aborted and the reason. Thread-safe.
-  void abort(std::string_view why) { engine_->abort(why); }
 
  private:
   int rank_, size_;
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
   std::unique_ptr<detail::shm_link> link_;
-  std::unique_ptr<detail::stream_engine<detail::shm_link>> engine_;
 };
 
 }  // namespace weft::comm

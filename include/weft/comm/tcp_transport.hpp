@@ -238,7 +238,7 @@ class tcp_link {
 /// mesh is up (or connect_timeout). Satisfies concurrent_transport and abortable_transport;
 /// thread-safe across channels. Not copyable or movable. Send/recv: O(bytes) through the kernel,
 /// one syscall per piece per wake-up.
-class tcp_transport {
+class tcp_transport : public detail::engine_front<detail::tcp_link> {
  public:
   static constexpr bool thread_safe_channels = true;
 
@@ -314,18 +314,6 @@ class tcp_transport {
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
-  void send(int peer, msg_tag tag, std::span<const std::byte> bytes, deadline until) {
-    engine_->send(peer, tag, bytes, until);
-  }
-  void recv(int peer, msg_tag tag, std::span<std::byte> bytes, deadline until) {
-    engine_->recv(peer, tag, bytes, until);
-  }
-  void sendrecv(int dst, std::span<const std::byte> out, int src, std::span<std::byte> in, msg_tag tag,
-                deadline until) {
-    engine_->sendrecv(dst, out, src, in, tag, until);
-  }
-  /// Tells every peer why this rank gives up, then shuts the sockets. Thread-safe.
-  void abort(std::string_view why) { engine_->abort(why); }
 
  private:
   void adopt(boost::asio::ip::tcp::socket s, int peer, int conn, const tcp_options& opt) {
@@ -467,7 +455,6 @@ class tcp_transport {
   boost::asio::io_context io_;
   std::unique_ptr<detail::tcp_link> link_;
   std::vector<boost::asio::ip::tcp::socket> sockets_;
-  std::unique_ptr<detail::stream_engine<detail::tcp_link>> engine_;
 };
 
 }  // namespace weft::comm

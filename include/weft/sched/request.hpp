@@ -60,6 +60,13 @@ inline void validate(const request& r, const char* where) {
 struct service_weights {
   double input = 1.0;
   double output = 2.0;
+
+  /// Service of a request that produces output_tokens: input weight per prompt token still to be
+  /// prefilled (tokens whose KV arrived ready are free) plus output weight per output token. O(1).
+  double charge(const request& r, std::int64_t output_tokens) const noexcept {
+    return input * static_cast<double>(r.prompt_tokens - r.kv_ready_tokens) +
+           output * static_cast<double>(output_tokens);
+  }
 };
 
 inline void validate(const service_weights& w, const char* where) {

@@ -81,8 +81,7 @@ class wfq_queue {
     expects(generated >= 0, errc::invalid_argument, "weft::sched::wfq_queue::on_finish", "request ", r.id,
             ": generated must be >= 0, got ", generated);
     auto& st = known(r.client, "weft::sched::wfq_queue::on_finish");
-    const double actual = opt_.weights.input * static_cast<double>(r.prompt_tokens - r.kv_ready_tokens) +
-                          opt_.weights.output * static_cast<double>(generated);
+    const double actual = opt_.weights.charge(r, generated);
     st.last_finish += (actual - cost(r)) / st.weight;
   }
 
@@ -104,8 +103,7 @@ class wfq_queue {
 
   double cost(const request& r) const noexcept {
     const std::int64_t out = r.predicted_output_tokens > 0 ? r.predicted_output_tokens : opt_.default_output_estimate;
-    return opt_.weights.input * static_cast<double>(r.prompt_tokens - r.kv_ready_tokens) +
-           opt_.weights.output * static_cast<double>(out);
+    return opt_.weights.charge(r, out);
   }
   client_state& known(client_id c, const char* where) {
     auto it = clients_.find(c);

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -514,6 +515,31 @@ class stream_engine {
   std::atomic<bool> aborted_{false};
   std::mutex abort_mutex_;
   std::string abort_reason_;
+};
+
+/// The transport operations of a byte-stream transport (shm, tcp), forwarded to its stream_engine,
+/// so the transport concept's surface is written once. The derived transport creates engine_ in its
+/// constructor and resets it first thing in its destructor (the engine uses the derived link).
+/// send/recv/sendrecv are thread-safe on distinct channels; abort is thread-safe.
+template <class Link>
+class engine_front {
+ public:
+  void send(int peer, msg_tag tag, std::span<const std::byte> bytes, deadline until) {
+    engine_->send(peer, tag, bytes, until);
+  }
+  void recv(int peer, msg_tag tag, std::span<std::byte> bytes, deadline until) {
+    engine_->recv(peer, tag, bytes, until);
+  }
+  void sendrecv(int dst, std::span<const std::byte> out, int src, std::span<std::byte> in, msg_tag tag,
+                deadline until) {
+    engine_->sendrecv(dst, out, src, in, tag, until);
+  }
+  /// Fails every operation of every rank with errc::aborted and the reason: the peers are told why,
+  /// then the links are shut.
+  void abort(std::string_view why) { engine_->abort(why); }
+
+ protected:
+  std::unique_ptr<stream_engine<Link>> engine_;
 };
 
 }  // namespace weft::comm::detail
