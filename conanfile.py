@@ -35,6 +35,8 @@ class WeftConan(ConanFile):
         cmake_layout(self)
 
     def requirements(self):
+        # SHA-256 prefix-cache keys (kv) and HMAC connection authentication (comm): core/crypto.hpp.
+        self.requires("openssl/[>=3.0 <4]", transitive_headers=True)
         if self.options.with_comm:
             self.requires("boost/1.74.0", transitive_headers=True)
         if self.options.with_coding:
@@ -65,9 +67,9 @@ class WeftConan(ConanFile):
         packaged = {dep.ref.name for dep in self.dependencies.host.values() if dep.package_folder}
         def needs(*deps):
             return ["core"] + [d for d in deps if d.split("::")[0] in packaged]
-        modules = {"core": [], "kv": ["core"], "sched": ["core", "kv"], "moe": ["core"]}
+        modules = {"core": [], "kv": needs("openssl::crypto"), "sched": ["core", "kv"], "moe": ["core"]}
         if self.options.with_comm:
-            modules["comm"] = needs("boost::headers")
+            modules["comm"] = needs("boost::headers", "openssl::crypto")
         if self.options.with_coding:
             modules["coding"] = needs("eigen::eigen")
         if self.options.with_quant:

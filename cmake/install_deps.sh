@@ -18,7 +18,7 @@ done
 
 # Build and test packages. Keep in step with cmake/WeftDependencies.cmake.
 packages=(cmake g++ clang libclang-rt-14-dev make catch2 libboost-dev libboost-graph-dev libeigen3-dev libtbb-dev
-          librange-v3-dev libopenmpi-dev openmpi-bin python3-pip)
+          librange-v3-dev libssl-dev libopenmpi-dev openmpi-bin python3-pip)
 if [[ $want_bench == 1 ]]; then
   packages+=(libbenchmark-dev libgloo-dev libdnnl-dev python3-matplotlib)
 fi

@@ -5,3 +5,4 @@ include(default)
 boost/1.74.0
 eigen/3.4.0
 onetbb/2021.8.0
+openssl/3.0.19
