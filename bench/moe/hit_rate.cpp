@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
         if (r.status == lookup_status::miss) {
           const auto order = c.start_load(k);
           sink += order->slot;
-          c.complete(k);
+          c.complete(*order);
         }
       }
       best_s = std::min(best_s, seconds_since(t0));
