@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -351,6 +352,13 @@ class kv_manager {
     r.swapped = false;
     admission_.charge(r.options.tenant, n);
     return p;
+  }
+
+  /// Calls `handler` for every verify-on-hit mismatch (kv_config::verify_on_hit) in the device or
+  /// host tier, after counting it in that tier's cache().collisions(); empty to stop. O(1).
+  void set_collision_handler(const std::function<void(const key_collision&)>& handler) {
+    cache_.set_collision_handler(handler);
+    if (host_) host_->set_collision_handler(handler);
   }
 
   /// Drops every cached key. Returns false, changing nothing, while any request holds blocks. O(capacity).

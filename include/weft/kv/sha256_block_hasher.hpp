@@ -9,6 +9,7 @@
 #include <weft/kv/concepts.hpp>
 #include <weft/kv/types.hpp>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -154,7 +155,11 @@ class sha256_block_hasher {
   }
   static std::uint64_t get_le64(const std::uint8_t* p) noexcept {
     std::uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(&v, p, 8);
+    } else {
+      for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+    }
     return v;
   }
   static std::size_t put_leb128(std::uint8_t* p, std::uint64_t v) noexcept {
@@ -182,12 +187,17 @@ class sha256_block_hasher {
     auto u = [&](std::size_t i) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(tokens[i])); };
     const std::size_t groups = tokens.size() / 4 * 4;
     std::size_t i = 0;
-    for (; i < groups; i += 4) {
+    while (i < groups) {
       reserve(s, 9);
+      // As many whole groups as the buffer holds, without a check per group (a 16-token block is
+      // one run).
+      const std::size_t end = std::min(groups, i + (s.buf_.size() - s.used_) / 9 * 4);
       std::uint8_t* p = s.buf_.data() + s.used_;
-      put_le64(p, u(i) | (u(i + 1) << 18) | (u(i + 2) << 36) | (u(i + 3) << 54));
-      p[8] = static_cast<std::uint8_t>(u(i + 3) >> 10);
-      s.used_ += 9;
+      for (; i < end; i += 4, p += 9) {
+        put_le64(p, u(i) | (u(i + 1) << 18) | (u(i + 2) << 36) | (u(i + 3) << 54));
+        p[8] = static_cast<std::uint8_t>(u(i + 3) >> 10);
+      }
+      s.used_ = static_cast<std::size_t>(p - s.buf_.data());
     }
     if (i == tokens.size()) return;
     std::uint64_t acc = 0;
