@@ -37,9 +37,9 @@ namespace weft::kv {
 /// What it protects against: collisions engineered by one tenant against another's blocks (a
 /// second preimage of 128-bit truncated SHA-256) and keys predicted offline from a guessed prompt
 /// (the secret is drawn from the CSPRNG by default; set it explicitly only to make several
-/// instances agree). What it does not: whether a prompt is cached still shows in the time to first
-/// token (Wu et al., arXiv 2411.18191, recover other users' prompts this way); isolate the cache
-/// per tenant (kv_config) or salt requests where that matters.
+/// instances agree). What it does not: whether a prompt is cached still shows in the time to
+/// first token (Zheng et al., InputSnatch, arXiv 2411.18191, recover other users' prompts this
+/// way); isolate the cache per tenant (kv_config) or salt requests where that matters.
 ///
 /// Thread-safety: const members are thread-safe (copies share the immutable keyed state); each
 /// thread uses its own state. begin O(tokens), absorb O(words), finish O(1); no allocation by
