@@ -707,7 +707,8 @@ int main(int argc, char** argv) {
   const std::string out = std::string(WEFT_BENCH_OUT) + "/kv_bench.csv";
   std::ofstream csv(out);
   csv << "benchmark,impl,blocks,value,unit\n";
+  // Names contain commas: quote them (RFC 4180; no name contains a double quote).
   for (const auto& r : rows)
-    csv << r.bench << ',' << r.impl << ',' << r.blocks << ',' << r.value << ',' << r.unit << '\n';
+    csv << '"' << r.bench << "\",\"" << r.impl << "\"," << r.blocks << ',' << r.value << ',' << r.unit << '\n';
   std::printf("wrote %s\n", out.c_str());
 }
