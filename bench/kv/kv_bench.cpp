@@ -2,7 +2,7 @@
 // and std::unordered_map, and a prefix cache keyed by std::unordered_map with a std::list LRU.
 // Plain chrono harness (best of several repetitions). Prints ratios, writes kv_bench.csv.
 //
-//   bench_kv_kv [trace.csv]   (default: ../shared/data/azure_llm_2023_conv.csv beside the checkout)
+//   bench_kv_kv [trace.csv]   (default: data/azure_llm_2023_conv.csv of the source tree)
 #include <weft/kv.hpp>
 
 #include <malloc.h>
@@ -27,7 +27,7 @@ using bench_clock = std::chrono::steady_clock;
 #define WEFT_BENCH_OUT "."
 #endif
 #ifndef WEFT_KV_TRACE
-#define WEFT_KV_TRACE "../shared/data/azure_llm_2023_conv.csv"
+#define WEFT_KV_TRACE "data/azure_llm_2023_conv.csv"
 #endif
 
 namespace {

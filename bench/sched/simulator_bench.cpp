@@ -48,7 +48,7 @@ void run(const char* name, const sim::workload& w, const sim::cost_model& m, ws:
 
 int main(int argc, char** argv) {
   const std::string path =
-      argc > 1 ? argv[1] : std::string(WEFT_SCHED_SOURCE_DIR) + "/../shared/data/azure_llm_2023_conv.csv";
+      argc > 1 ? argv[1] : std::string(WEFT_DATA_DIR) + "/azure_llm_2023_conv.csv";
   if (!std::filesystem::exists(path)) {
     std::printf("sched simulator bench skipped: %s not found\n", path.c_str());
     return 0;

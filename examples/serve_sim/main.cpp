@@ -2,7 +2,7 @@
 // an engine would run — on a generated multi-tenant workload and, when present, the Azure LLM
 // conversation trace. Prints one table per workload; --out DIR also writes CSV for plotting.
 //
-//   serve_sim                         generated workload, then ../shared/data/azure_llm_2023_conv.csv if found
+//   serve_sim                         generated workload, then data/azure_llm_2023_conv.csv of the source tree
 //   serve_sim TRACE.csv               that Azure-format trace instead
 //   serve_sim --rows N --time-scale X --model 7b-a100|7b-h100|70b-a100|70b-h100 --out DIR
 #include <weft/sched.hpp>
@@ -237,9 +237,9 @@ int main(int argc, char** argv) try {
                  "  DRR keep the steady tenants' share while FCFS hands the flood everything; Sarathi's chunking\n"
                  "  cuts Orca's TBT tail.\n";
     two_gpus(s);
-    const std::string candidates[] = {"../shared/data/azure_llm_2023_conv.csv",
-#ifdef WEFT_SERVE_SIM_SOURCE_DIR
-                                      std::string(WEFT_SERVE_SIM_SOURCE_DIR) + "/../shared/data/azure_llm_2023_conv.csv"
+    const std::string candidates[] = {"data/azure_llm_2023_conv.csv",
+#ifdef WEFT_DATA_DIR
+                                      std::string(WEFT_DATA_DIR) + "/azure_llm_2023_conv.csv"
 #endif
     };
     for (const auto& c : candidates)
@@ -248,7 +248,7 @@ int main(int argc, char** argv) try {
         break;
       }
     if (trace.empty()) {
-      std::cout << "\n(no Azure trace at ../shared/data/azure_llm_2023_conv.csv; pass a trace path to replay one)\n";
+      std::cout << "\n(no Azure trace at data/azure_llm_2023_conv.csv; pass a trace path to replay one)\n";
       return 0;
     }
     // The demo replays the first 6000 requests (~18 minutes) at 1.25x the trace's rate, so that the

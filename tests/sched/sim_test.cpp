@@ -172,15 +172,11 @@ TEST_CASE("burstgpt reader maps models to clients and skips failed rows", "[sche
   CHECK_THROWS_WITH(read_burstgpt_csv(bad), Catch::Contains("line 2") && Catch::Contains("Request tokens"));
 }
 
-TEST_CASE("the real Azure conversation trace, when present", "[sched][sim][trace][azure]") {
-  const std::filesystem::path path =
-      std::filesystem::path(WEFT_SCHED_SOURCE_DIR) / "../shared/data/azure_llm_2023_conv.csv";
-  if (!std::filesystem::exists(path)) {
-    WARN("skipped: " << path.string() << " not found (a checkout without ../shared/data)");
-    return;
-  }
+TEST_CASE("the Azure conversation trace shipped in data/", "[sched][sim][trace][azure]") {
+  const std::filesystem::path path = std::filesystem::path(WEFT_DATA_DIR) / "azure_llm_2023_conv.csv";
+  REQUIRE(std::filesystem::exists(path));
   const workload w = read_azure_csv(path.string());
-  CHECK(w.size() == 19366);  // data/README.md says 19,365; the file holds 19,366 rows
+  CHECK(w.size() == 19366);  // the dataset's description says 19,365; the file holds 19,366 rows
   CHECK(w.back().req.arrival_s > 3000.0);
   CHECK(w.back().req.arrival_s < 3700.0);
 }
