@@ -120,67 +120,6 @@ TEST_CASE("simulator: swap preemption under a small cache still finishes", "[sch
   CHECK(r.idle_with_work == 0);
 }
 
-TEST_CASE("azure trace reader parses rows and names the bad line", "[sched][sim][trace]") {
-  std::istringstream good(
-      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-      "2023-11-16 18:15:46.6805900,374,44\n"
-      "2023-11-16 18:15:50.9951690,396,109\n"
-      "2023-11-16 18:15:51.2224670,879,55\n");
-  const workload w = read_azure_csv(good);
-  REQUIRE(w.size() == 3);
-  CHECK(w[0].req.arrival_s == 0.0);
-  CHECK(w[1].req.arrival_s == Approx(4.314579).margin(1e-9));
-  CHECK(w[2].req.prompt_tokens == 879);
-  CHECK(w[2].output_tokens == 55);
-  auto error_of = [](const std::string& text) {
-    std::istringstream in(text);
-    try {
-      (void)read_azure_csv(in);
-    } catch (const weft::error& e) {
-      CHECK(e.code() == weft::errc::parse);
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  const std::string head = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n";
-  CHECK_THAT(error_of(head + "2023-11-16 18:15:47.1,-5,44\n"),
-             Catch::Contains("line 3") && Catch::Contains("negative"));
-  CHECK_THAT(error_of(head + "2023-11-16 18:15:47.1,12\n"), Catch::Contains("line 3"));
-  CHECK_THAT(error_of(head + "\n2023-11-16 18:15:47.1,abc,4\n"), Catch::Contains("line 4"));
-  CHECK_THAT(error_of(head + "yesterday,1,4\n"), Catch::Contains("line 3") && Catch::Contains("TIMESTAMP"));
-  CHECK_THAT(error_of(head + "2023-11-16 18:15:47.1,10,0\n"), Catch::Contains("line 3"));
-  CHECK_THAT(error_of("time,in,out\n"), Catch::Contains("line 1"));
-  CHECK_THROWS_AS(read_azure_csv(std::string("/nonexistent/trace.csv")), weft::error);
-}
-
-TEST_CASE("burstgpt reader maps models to clients and skips failed rows", "[sched][sim][trace]") {
-  std::istringstream in(
-      "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-      "5,ChatGPT,472,18,490,Conversation log\n"
-      "45,ChatGPT,1087,0,1087,Conversation log\n"
-      "118,GPT-4,417,30,447,Conversation log\n");
-  std::size_t skipped = 0;
-  const workload w = read_burstgpt_csv(in, {}, &skipped);
-  REQUIRE(w.size() == 2);
-  CHECK(skipped == 1);
-  CHECK(w[0].req.client == client_id(0));
-  CHECK(w[1].req.client == client_id(1));
-  CHECK(w[1].req.arrival_s == Approx(113.0));
-  std::istringstream bad(
-      "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-      "5,ChatGPT,47x,18,490,Conversation log\n");
-  CHECK_THROWS_WITH(read_burstgpt_csv(bad), Catch::Contains("line 2") && Catch::Contains("Request tokens"));
-}
-
-TEST_CASE("the Azure conversation trace shipped in data/", "[sched][sim][trace][azure]") {
-  const std::filesystem::path path = std::filesystem::path(WEFT_DATA_DIR) / "azure_llm_2023_conv.csv";
-  REQUIRE(std::filesystem::exists(path));
-  const workload w = read_azure_csv(path.string());
-  CHECK(w.size() == 19366);  // the dataset's description says 19,365; the file holds 19,366 rows
-  CHECK(w.back().req.arrival_s > 3000.0);
-  CHECK(w.back().req.arrival_s < 3700.0);
-}
-
 TEST_CASE("generators are seeded, valid and shaped as asked", "[sched][sim][generators]") {
   const workload p = poisson_workload(load(1, 5000, 10.0));
   CHECK(p.back().req.arrival_s / 5000.0 == Approx(0.1).epsilon(0.05));
