@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <sstream>
 
 using namespace weft::sched;
@@ -69,7 +70,7 @@ TEST_CASE("simulator: chunked prefill lowers p99 TBT and completes everything", 
   const cost_model m(llama2_7b_a100());
   const workload w = poisson_workload(load(9, 400, 6.0));
   iteration_scheduler<> plain(continuous_batching(128, 16384), fcfs_queue{}, kv_for(m));
-  const std::int64_t budget = token_budget_for_tbt(m, 0.05, 64, 1500.0);
+  const std::int64_t budget = token_budget_for_tbt(m, 0.2, 64, 1500.0);
   CAPTURE(budget);
   REQUIRE(budget >= 128);
   iteration_scheduler<> chunked(chunked_prefill(budget, 128), fcfs_queue{}, kv_for(m));
@@ -140,26 +141,71 @@ TEST_CASE("generators are seeded, valid and shaped as asked", "[sched][sim][gene
   CHECK_THROWS_AS(gamma_workload(load(1, 10, 1.0), -1.0), weft::error);
 }
 
-TEST_CASE("cost model is a roofline: decode memory-bound, prefill compute-bound", "[sched][sim][cost]") {
+TEST_CASE("cost model: roofline fallback, explicit attention, engine overheads, budgets", "[sched][sim][cost]") {
   const cost_model m(llama2_7b_a100());
-  // One decode: weights / (bandwidth * efficiency) + overhead.
-  const double decode = m.iteration_s(1, 1000, 1000);
-  CHECK(decode == Approx(2e-3 + (6.74e9 * 2 + 1000 * 524288.0) / (2.039e12 * 0.8)).epsilon(1e-9));
-  // 4096 prefill tokens: compute-bound.
-  const double prefill = m.iteration_s(4096, 4096.0 * 4097 / 2, 4096);
-  CHECK(prefill > 2e-3 + 2 * 6.74e9 * 4096 / (312e12 * 0.5));
+  const cost_params& p = m.params();
+  // One decode over 1000 tokens of context: overheads + 32 layers of (weights read + KV read) + LM head.
+  const double w = 4096.0 * (4096 + 2 * 4096) + 4096.0 * 4096 + 3.0 * 4096 * 11008;
+  const double linear = p.layer_overhead_s + w * 2 / (2.039e12 * p.memory_efficiency);
+  const double attention =
+      p.attention_overhead_s + std::max(4.0 * 4096 * 1000 / (312e12 * p.attention_compute_efficiency),
+                                        1000.0 * 524288 / 32 / (2.039e12 * p.attention_memory_efficiency));
+  const double head = 32000.0 * 4096 * 2 / (2.039e12 * p.memory_efficiency);
+  CHECK(m.iteration_s(1, 1000, 1000) ==
+        Approx(p.iteration_overhead_s + p.per_request_overhead_s + 32 * (linear + attention) + head).epsilon(1e-9));
+  // 4096 prefill tokens: the linear part is compute-bound.
+  CHECK(m.roofline_linear_layer_s(4096) == Approx(p.layer_overhead_s + 2 * w * 4096 / (312e12 * p.compute_efficiency)));
   CHECK(m.kv_bytes_per_token() == 524288);
   CHECK(cost_model(llama2_70b_a100_tp4()).kv_bytes_per_token() == 327680);
-  CHECK(cost_model(llama2_7b_h100()).iteration_s(1, 1000, 1000) < decode);
-  const std::int64_t loose = token_budget_for_tbt(m, 0.2, 32, 1000), tight = token_budget_for_tbt(m, 0.03, 32, 1000);
+  CHECK(cost_model(mistral_7b_a100()).kv_bytes_per_token() == 131072);
+  CHECK(cost_model(llama2_7b_h100()).iteration_s(1, 1000, 1000) < m.iteration_s(1, 1000, 1000));
+  const std::int64_t loose = token_budget_for_tbt(m, 0.2, 32, 1000), tight = token_budget_for_tbt(m, 0.08, 32, 1000);
   CHECK(loose > tight);
   CHECK(tight >= 32);
   CHECK_THROWS_AS(token_budget_for_tbt(m, 0.0, 1, 1), weft::error);
   cost_params too_big = llama2_70b_a100_tp4();
   too_big.tensor_parallel = 1;
   CHECK_THROWS_AS(cost_model(too_big), weft::error);
+  cost_params nan = llama2_7b_a100();
+  nan.iteration_overhead_s = std::nan("");
+  CHECK_THROWS_AS(cost_model(nan), weft::error);
   CHECK(jain_index({1, 1, 1}) == Approx(1.0));
   CHECK(jain_index({1, 0, 0}) == Approx(1.0 / 3));
+}
+
+TEST_CASE("token_budget_for_tbt: KV capacity, chunk position, infeasible targets", "[sched][sim][cost][budget]") {
+  const cost_model m(mistral_7b_a100());
+  tbt_budget_query q;
+  q.tbt_target_s = 0.2;
+  q.decodes = 32;
+  q.mean_context = 1000;
+  const tbt_budget start = token_budget_for_tbt(m, q);
+  q.prompt_tokens = 6000;  // the last chunk of a 6000-token prompt attends to all of it
+  const tbt_budget end = token_budget_for_tbt(m, q);
+  CHECK(start.feasible);
+  CHECK(end.feasible);
+  CHECK(end.token_budget < start.token_budget);
+  CHECK(end.iteration_s <= 0.2);
+  q.headroom = 0.2;
+  CHECK(token_budget_for_tbt(m, q).iteration_s <= 0.16);
+  // More decodes than the KV cache holds: priced at what fits, and said.
+  q.headroom = 0.0;
+  q.decodes = 1000;
+  q.mean_context = 6000;
+  q.tbt_target_s = 5.0;
+  const tbt_budget kv = token_budget_for_tbt(m, q);
+  CHECK_FALSE(kv.feasible);
+  CHECK(kv.decodes < 1000);
+  CHECK(static_cast<double>(kv.decodes) * 6016 <= static_cast<double>(kv.kv_capacity_tokens));
+  CHECK_THAT(kv.reason, Catch::Contains("KV cache holds"));
+  // A target the decodes alone exceed.
+  q.decodes = 64;
+  q.mean_context = 1000;
+  q.tbt_target_s = 0.01;
+  const tbt_budget slow = token_budget_for_tbt(m, q);
+  CHECK_FALSE(slow.feasible);
+  CHECK(slow.token_budget == 64);
+  CHECK_THAT(slow.reason, Catch::Contains("decodes alone"));
 }
 
 TEST_CASE("simulator rejects bad workloads", "[sched][sim][errors]") {
