@@ -26,3 +26,4 @@
 #include <weft/sched/sim/trace_readers.hpp>
 #include <weft/sched/sim/workload.hpp>
 #include <weft/sched/sim/cluster.hpp>
+#include <weft/sched/sim/capacity.hpp>
