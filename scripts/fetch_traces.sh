@@ -3,7 +3,7 @@
 # data/, checking each download against a checksum pinned below. See data/README.md.
 #
 #   scripts/fetch_traces.sh --list                 what can be fetched, with licence and size
-#   scripts/fetch_traces.sh NAME... | all          fetch into data/fetched/ (or --dir DIR)
+#   scripts/fetch_traces.sh NAME... | all          fetch into data/fetched/NAME.csv (or --dir DIR)
 #   scripts/fetch_traces.sh --trust-first NAME     fetch an entry with no pinned checksum (see below)
 #
 # Every entry names its checksum: "sha256:<hex>" (checked with sha256sum) or "gitblob:<hex>" (the
@@ -107,7 +107,7 @@ for name in "${names[@]}"; do
     continue
   fi
   IFS='|' read -r _ url sum _ _ <<<"$line"
-  file="$dir/$(basename "$url")"
+  file="$dir/$name.${url##*.}"  # named after the entry: two sources may share a basename
   if [[ "$sum" == unpinned && $trust_first -eq 0 ]] && ! grep -q " $name\$" "$dir/SHA256SUMS.local" 2>/dev/null; then
     echo "$name: no checksum is pinned for this file; rerun with --trust-first to fetch it and record its sha256" >&2
     status=1
