@@ -9,6 +9,7 @@
 #include <weft/sched/block_kv_manager.hpp>
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/fcfs_queue.hpp>
+#include <weft/sched/iteration_scheduler.hpp>  // scheduler_stats
 #include <weft/sched/request.hpp>
 #include <weft/sched/victim_policy.hpp>
 

@@ -25,8 +25,6 @@ cluster_result run_cluster(const std::function<std::unique_ptr<S>()>& make, cons
   expects(!disaggregated || (c.prefill_instances >= 1 && c.decode_instances >= 1), errc::invalid_argument, where,
           "need >= 1 prefill and >= 1 decode instance, got ", c.prefill_instances, " and ", c.decode_instances);
   expects(disaggregated || c.instances >= 1, errc::invalid_argument, where, "need >= 1 instance");
-  expects(!disaggregated || c.migration_interval_s == 0.0, errc::invalid_argument, where,
-          "migration applies to colocated instances only");
   const std::size_t n = disaggregated ? c.prefill_instances + c.decode_instances : c.instances;
   expects(n <= 4096, errc::invalid_argument, where, "at most 4096 instances, got ", n);
   std::vector<std::unique_ptr<S>> owned;
@@ -40,7 +38,9 @@ cluster_result run_cluster(const std::function<std::unique_ptr<S>()>& make, cons
                     : j < c.prefill_instances ? instance_role::prefill
                                               : instance_role::decode);
   }
-  event_loop<S> loop(std::move(nodes), std::move(roles), w, m, o, c, where);
+  cluster_options used = c;
+  if (disaggregated) used.migration_interval_s = 0.0;  // migration balances colocated instances only
+  event_loop<S> loop(std::move(nodes), std::move(roles), w, m, o, used, where);
   return loop.run();
 }
 
