@@ -139,9 +139,9 @@ void sarathi(const std::vector<sim::length_pair>& pairs, std::size_t requests, s
       "Orca-style (batch 128)",
       [&] { return std::make_unique<sarathi_t>(ws::continuous_batching(128, 8192), ws::fcfs_queue{}, kv_for(m)); },
       pairs, a, m, slo);
-  print_capacity(v, csv, "sarathi," + engine);
-  print_capacity(s, csv, "sarathi," + engine);
-  print_capacity(o, csv, "sarathi," + engine);
+  print_capacity(v, csv, "sarathi,\"" + engine + "\"");
+  print_capacity(s, csv, "sarathi,\"" + engine + "\"");
+  print_capacity(o, csv, "sarathi,\"" + engine + "\"");
   std::printf("  Sarathi / vLLM capacity: %.2fx (paper, Mistral-7B strict SLO: up to 2.6x)\n",
               v.r.max_rate_per_s > 0 ? s.r.max_rate_per_s / v.r.max_rate_per_s : 0.0);
 }
