@@ -68,7 +68,7 @@ TEST_CASE("layer profile: a GEMM tile step is placed at the power of two", "[sch
   // 504 -> 520 doubles: a step, at 512 (most trailing zeros in [504, 520)).
   CHECK(p.layer_s(512) == Approx(0.9));
   CHECK(p.layer_s(513) == Approx(0.9));  // 520's value is 0.9 too here
-  CHECK(p.layer_s(768) == Approx(0.9));   // 520 -> 1024 doubles: the step is at 768
+  CHECK(p.layer_s(768) == Approx(0.9));  // 520 -> 1024 doubles: the step is at 768
   CHECK(p.layer_s(769) == Approx(1.8));
   CHECK(p.layer_s(1024) == Approx(1.8));
   layer_profile::op_table ops2;
