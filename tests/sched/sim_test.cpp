@@ -223,6 +223,18 @@ TEST_CASE("simulator rejects bad workloads", "[sched][sim][errors]") {
   sim_options o;
   o.window_s = 0.0;
   CHECK_THROWS_AS(simulate(s, w, m, o), weft::error);
+  o = {};
+  o.max_time_s = std::nan("");
+  CHECK_THROWS_AS(simulate(s, w, m, o), weft::error);
+  o = {};
+  o.tbt_slo_s = -1.0;
+  CHECK_THROWS_AS(simulate(s, w, m, o), weft::error);
+  workload huge = w;
+  huge[1].req.prompt_tokens = max_request_tokens + 1;
+  CHECK_THROWS_AS(simulate(s, huge, m), weft::error);
+  workload dup = w;
+  dup[3].req.id = dup[2].req.id;
+  CHECK_THROWS_AS(simulate(s, dup, m), weft::error);
   CHECK(simulate(s, w, m).stats.finished == 5);  // still usable
 }
 
