@@ -26,8 +26,16 @@ if(NOT TARGET weft_catch_main)
   add_library(weft_catch_main OBJECT "${PROJECT_SOURCE_DIR}/tests/catch_main.cpp")
   target_link_libraries(weft_catch_main PUBLIC Catch2::Catch2)
   target_compile_features(weft_catch_main PUBLIC cxx_std_20)
+  # Catch2's runner does not need optimising: at -O3 (the ISA builds) it alone takes 15 s to compile.
+  target_compile_options(weft_catch_main PRIVATE $<$<NOT:$<CONFIG:Debug>>:-O0>)
   add_custom_target(weft_concurrent_tests)
 endif()
+
+# A test made of several sources compiles them as one translation unit (CMake's unity build), so
+# their common headers (Eigen, Asio, Catch2) are parsed once: weft's CI presets turn it on. A source
+# whose file-local names clash with another's in the same test cannot share a unity file; rename them
+# (or build with -DWEFT_UNITY_TESTS=OFF to find the clash).
+option(WEFT_UNITY_TESTS "Compile each multi-source test as one translation unit" OFF)
 
 # Catch2 is one 17,000-line header: parsed once into a precompiled header that every test reuses
 # (REUSE_FROM), instead of once per test source. GCC silently falls back to parsing the header for a
@@ -94,6 +102,10 @@ function(weft_add_test module name)
   set(target test_${module}_${name})
   add_executable(${target} ${ARG_SOURCES} $<TARGET_OBJECTS:weft_catch_main>)
   target_link_libraries(${target} PRIVATE weft::${module} Catch2::Catch2 weft_warnings ${ARG_LIBS})
+  if(WEFT_UNITY_TESTS)
+    # (the shared Catch2 main is an object library, so it stays out of the unity file)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 0)
+  endif()
   if(WEFT_TEST_PCH)
     # Decided once the whole tree is configured, when every option added to the target is known.
     # (EVAL bakes the target's name in: a deferred call reads variables when it runs.)
@@ -217,7 +229,8 @@ function(weft_add_fuzzer module name)
     set(fuzzer fuzz_${module}_${name})
     add_executable(${fuzzer} ${ARG_SOURCES})
     target_link_libraries(${fuzzer} PRIVATE weft::${module} weft_warnings ${ARG_LIBS})
-    target_compile_options(${fuzzer} PRIVATE -fsanitize=fuzzer)
+    # -O1 even in the -O0 asan-ubsan preset: a fuzzer's worth is executions per second.
+    target_compile_options(${fuzzer} PRIVATE -O1 -fsanitize=fuzzer)
     target_link_options(${fuzzer} PRIVATE -fsanitize=fuzzer)
     set(work "${CMAKE_CURRENT_BINARY_DIR}/fuzz-corpus/${name}")
     file(MAKE_DIRECTORY "${work}")
