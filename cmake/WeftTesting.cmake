@@ -121,7 +121,7 @@ function(weft_add_test module name)
   _weft_is_isa_dependent(isa ${module} ${ARG_LIBS})
   if(isa)
     list(APPEND labels isa)
-    add_dependencies(weft_isa_targets ${target})
+    add_dependencies(weft_isa_tests ${target})
   endif()
   if(NOT ARG_TIMEOUT)
     # Tests take seconds (sanitizers included); a hung one should not hold CI for long.
