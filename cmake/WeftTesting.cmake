@@ -10,8 +10,9 @@
 #     kernels and Eigen) get the label "isa": the ISA builds of `make test-isa` compile and run those.
 #
 #   weft_add_header_test(<module> [LIBS...])
-#     compiles every public header of include/weft/<module>/ in a translation unit of its own, so a
-#     header that forgets an include breaks the build; registered as "<module>.headers".
+#     compiles every header of include/weft/<module>/ (and the umbrella) in a translation unit of its
+#     own, so a header that forgets an include breaks the build: the compile-only target
+#     test_<module>_headers, checked with -fsyntax-only (cmake/syntax_only.sh), built by ALL.
 #
 #   weft_add_strict_header_test(<module> [LIBS...])
 #     one translation unit that includes every public header of the module, compiled with the
@@ -154,12 +155,14 @@ function(weft_add_header_test module)
     endif()
     list(APPEND sources "${tu}")
   endforeach()
-  set(main "${CMAKE_CURRENT_BINARY_DIR}/header_tests/${module}_main.cpp")
-  file(WRITE "${main}" "int main() { return 0; }\n")
-  add_executable(test_${module}_headers ${sources} "${main}")
+  # Compile-only: an object library whose sources are checked with -fsyntax-only (g++ and clang).
+  add_library(test_${module}_headers OBJECT ${sources})
+  set_target_properties(test_${module}_headers PROPERTIES UNITY_BUILD OFF)  # one header per TU, always
   target_link_libraries(test_${module}_headers PRIVATE weft::${module} weft_warnings ${ARGN})
-  add_test(NAME ${module}.headers COMMAND test_${module}_headers)
-  set_tests_properties(${module}.headers PROPERTIES LABELS ${module})
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang" AND NOT CMAKE_HOST_WIN32)
+    set_target_properties(test_${module}_headers PROPERTIES
+                          CXX_COMPILER_LAUNCHER "${PROJECT_SOURCE_DIR}/cmake/syntax_only.sh")
+  endif()
 endfunction()
 
 option(WEFT_STRICT_HEADER_TESTS "Compile every module's public headers under the strict warnings engines use" ON)
