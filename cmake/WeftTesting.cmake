@@ -6,8 +6,10 @@
 #     ctest test "<module>.<name>" labelled <module>. CONCURRENT adds the label "concurrent": the
 #     tsan preset builds and runs exactly those tests, and `make soak` runs each of them 50 times.
 #     LABELS soak keeps a long run out of `make test` (the test presets exclude that label; `make
-#     soak` runs it). LABELS attack (hostile-peer tests) runs under asan-ubsan, not in the dev preset. Tests of modules whose code depends on the instruction set (quant, coding: CPU
-#     kernels and Eigen) get the label "isa": the ISA builds of `make test-isa` compile and run those.
+#     soak` runs it). LABELS attack (hostile-peer tests) runs under asan-ubsan, not in the dev
+#     preset. Tests of modules whose code depends on the instruction set (quant, coding: CPU kernels
+#     and Eigen) get the label "isa", unless CONCURRENT: the ISA builds of `make test-isa` compile and
+#     run those.
 #
 #   weft_add_header_test(<module> [LIBS...])
 #     compiles every header of include/weft/<module>/ (and the umbrella) in a translation unit of its
@@ -120,7 +122,8 @@ function(weft_add_test module name)
     add_dependencies(weft_concurrent_tests ${target})
   endif()
   _weft_is_isa_dependent(isa ${module} ${ARG_LIBS})
-  if(isa)
+  # Concurrent tests check synchronisation, which -march does not change (TSan covers them).
+  if(isa AND NOT ARG_CONCURRENT)
     list(APPEND labels isa)
     add_dependencies(weft_isa_tests ${target})
   endif()
