@@ -19,6 +19,16 @@ quiet() { "$@" > "$work/last.log" 2>&1 || { cat "$work/last.log"; echo "FAILED: 
 echo "package: the README's ways (tests/package/readme.sh)"
 "$root/tests/package/readme.sh" find_package add_subdirectory FetchContent
 
+# Built inside someone else's project, weft builds no tests/examples/benchmarks, adds no -Werror and
+# never looks for nvcc.
+sub="$work/readme/add_subdirectory/my_engine/build"
+for var in WEFT_BUILD_TESTS WEFT_BUILD_EXAMPLES WEFT_BUILD_BENCH; do
+  grep -q "^$var:BOOL=OFF" "$sub/CMakeCache.txt" || { echo "FAILED: $var is not OFF under add_subdirectory" >&2; exit 1; }
+done
+if grep -q '^CMAKE_CUDA_COMPILER' "$sub/CMakeCache.txt" || grep -rq -- '-Werror' "$sub/CMakeFiles/my_engine.dir/flags.make"; then
+  echo "FAILED: weft probed for CUDA or added -Werror inside a consumer's build" >&2; exit 1
+fi
+
 # The prefix way 1 installed into; moved, so nothing may point at the old location.
 mv "$work/readme/find_package/home/.local" "$work/moved-prefix"
 test -f "$work/moved-prefix/share/cmake/weft/weftConfig.cmake"
