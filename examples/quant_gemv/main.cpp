@@ -26,6 +26,13 @@ struct clipped_absmax {
 };
 static_assert(wq::quantizer<clipped_absmax>);
 
+// Printed beside every speed: a debug build's numbers are not weft's speed.
+#if defined(NDEBUG) && defined(__OPTIMIZE__)
+constexpr const char* build_kind = "optimised build";
+#else
+constexpr const char* build_kind = "UNOPTIMISED build: not weft's speed";
+#endif
+
 int main() {
   const std::int64_t n = 1024, k = 4096;  // a slice of a 7B-class projection (kept small for debug builds)
   std::mt19937 rng(2026);
@@ -79,8 +86,11 @@ int main() {
     err_full += (y[static_cast<std::size_t>(r)] - b) * (y[static_cast<std::size_t>(r)] - b);
     norm += b * b;
   }
-  std::printf("   %.3f ms per GEMV, %.1f GB/s of weights (one in-cache matrix; see bench/quant for DRAM numbers)\n",
-              s * 1e3, sym.weights.weight_bytes() / s / 1e9);
+  std::printf(
+      "   %.3f ms per GEMV, %.1f GB/s of weights: %lld x %lld int4 = %.1f MiB, cache-resident after the\n"
+      "   warm-up (bench/quant measures DRAM-sized matrices); %s\n",
+      s * 1e3, sym.weights.weight_bytes() / s / 1e9, static_cast<long long>(n), static_cast<long long>(k),
+      static_cast<double>(sym.weights.weight_bytes()) / (1 << 20), build_kind);
   std::printf("   relative error vs fp32 product of the dequantized weights: %.2e (kernel arithmetic)\n",
               std::sqrt(err_deq / norm));
   std::printf("   relative error vs the unquantized fp32 layer:              %.2e (int4 quantization)\n",

@@ -4,7 +4,7 @@
 
 #include <weft/coding/decoder.hpp>
 
-#include <Eigen/Dense>
+#include <weft/coding/detail/eigen.hpp>
 
 #include <chrono>
 #include <concepts>

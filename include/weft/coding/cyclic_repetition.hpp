@@ -7,7 +7,7 @@
 #include <weft/coding/detail/random.hpp>
 #include <weft/coding/linear_code.hpp>
 
-#include <Eigen/Dense>
+#include <weft/coding/detail/eigen.hpp>
 
 #include <cmath>
 #include <cstddef>

@@ -8,7 +8,7 @@
 #include <weft/coding/detail/linalg.hpp>
 #include <weft/core/error.hpp>
 
-#include <Eigen/Dense>
+#include <weft/coding/detail/eigen.hpp>
 
 #include <cmath>
 #include <cstddef>

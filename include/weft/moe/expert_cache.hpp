@@ -137,7 +137,7 @@ class expert_cache {
     const std::uint32_t pools = config_.scope == capacity_scope::per_layer ? s.num_layers : 1;
     pools_.resize(pools);
     for (std::uint32_t p = 0; p < pools; ++p) {
-      pool& pl = pools_[p];
+      pool_state& pl = pools_[p];
       const std::uint32_t first = pools == 1 ? 0 : p, last = pools == 1 ? s.num_layers : p + 1;
       std::uint64_t smallest = std::numeric_limits<std::uint64_t>::max(), largest = 0;
       for (std::uint32_t l = first; l < last; ++l) {
@@ -332,7 +332,7 @@ class expert_cache {
   std::uint64_t ticks() const noexcept { return tick_; }
 
  private:
-  struct pool {
+  struct pool_state {
     std::vector<Policy> policy;  // exactly one; a vector so Policy needs no default constructor
     std::uint64_t max_entries = 0, max_bytes = 0;
     std::uint64_t entries = 0, used_bytes = 0;          // loading + resident
@@ -363,12 +363,12 @@ class expert_cache {
   std::uint64_t layer_bytes(std::uint32_t layer) const noexcept {
     return config_.expert_bytes.size() == 1 ? config_.expert_bytes[0] : config_.expert_bytes[layer];
   }
-  pool& checked_pool(std::uint32_t p) {
+  pool_state& checked_pool(std::uint32_t p) {
     expects(p < pools_.size(), errc::out_of_range, "weft::moe::expert_cache", "pool ", p, " does not exist (",
             pools_.size(), " pools)");
     return pools_[p];
   }
-  const pool& checked_pool(std::uint32_t p) const { return const_cast<expert_cache*>(this)->checked_pool(p); }
+  const pool_state& checked_pool(std::uint32_t p) const { return const_cast<expert_cache*>(this)->checked_pool(p); }
   Policy& policy_of(expert_key k) noexcept { return pools_[pool_of(k)].policy.front(); }
   access_info info(bool demand) const noexcept { return access_info{tick_, layer_, request_, demand}; }
 
@@ -379,13 +379,13 @@ class expert_cache {
     }
   }
   void add_candidate(expert_key k) {
-    pool& pl = pools_[pool_of(k)];
+    pool_state& pl = pools_[pool_of(k)];
     ++pl.candidates;
     pl.candidate_bytes += layer_bytes(k.layer);
     pl.policy.front().on_insert(k, info(true));
   }
   void remove_candidate(expert_key k) {
-    pool& pl = pools_[pool_of(k)];
+    pool_state& pl = pools_[pool_of(k)];
     --pl.candidates;
     pl.candidate_bytes -= layer_bytes(k.layer);
     pl.policy.front().on_remove(k);
@@ -393,7 +393,7 @@ class expert_cache {
   // Frees k's slot and bytes; k must not be a candidate any more.
   void release(expert_key k) {
     const std::size_t i = shape().index(k);
-    pool& pl = pools_[pool_of(k)];
+    pool_state& pl = pools_[pool_of(k)];
     pl.free_slots.push_back(slot_[i]);
     --pl.entries;
     pl.used_bytes -= layer_bytes(k.layer);
@@ -403,7 +403,7 @@ class expert_cache {
 
   std::optional<load_order> begin_load(expert_key k, load_kind kind) {
     last_evicted_.clear();
-    pool& pl = pools_[pool_of(k)];
+    pool_state& pl = pools_[pool_of(k)];
     const std::uint64_t need = layer_bytes(k.layer);
     auto fits = [&] { return pl.entries < pl.max_entries && pl.max_bytes - pl.used_bytes >= need; };
     // Feasible only if evicting every candidate would make room; decide before touching anything,
@@ -437,7 +437,7 @@ class expert_cache {
   }
 
   cache_config config_;
-  std::vector<pool> pools_;
+  std::vector<pool_state> pools_;
   std::vector<entry_state> state_;
   std::vector<std::uint32_t> slot_;
   std::vector<std::uint32_t> pins_;

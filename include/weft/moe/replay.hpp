@@ -34,9 +34,13 @@ struct replay_report {
   double stall_s = 0;  ///< time spent waiting for loads to finish
   double total_s = 0;  ///< simulated wall time of the whole trace
 
-  double hit_rate() const noexcept { return lookups ? static_cast<double>(hits + in_flight_hits) / lookups : 0.0; }
+  double hit_rate() const noexcept {
+    return lookups ? static_cast<double>(hits + in_flight_hits) / static_cast<double>(lookups) : 0.0;
+  }
   /// Hits that found the expert fully resident.
-  double resident_hit_rate() const noexcept { return lookups ? static_cast<double>(hits) / lookups : 0.0; }
+  double resident_hit_rate() const noexcept {
+    return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0.0;
+  }
 };
 
 /// A prefetcher that predicts nothing: replay without prefetching.
