@@ -51,10 +51,18 @@ struct tcp_rendezvous {
 struct tcp_options {
   int connections = 2;                            ///< K sockets per peer pair
   std::size_t stripe_min = std::size_t{1} << 18;  ///< messages at least this big are split over the K sockets
-  std::string bind = {};  ///< IPv4 address or interface name (e.g. "eth0") for data sockets; "" = any
-  int send_buffer = 0;    ///< SO_SNDBUF in bytes; 0 leaves the kernel's autotuning
-  int recv_buffer = 0;    ///< SO_RCVBUF in bytes; 0 leaves the kernel's autotuning
+  /// IPv4 address or interface name (e.g. "eth0") for data sockets; "" = loopback when the job is
+  /// on one host (a file store, or a loopback rank-0 address), every interface otherwise.
+  std::string bind = {};
+  int send_buffer = 0;  ///< SO_SNDBUF in bytes; 0 leaves the kernel's autotuning
+  int recv_buffer = 0;  ///< SO_RCVBUF in bytes; 0 leaves the kernel's autotuning
   std::chrono::milliseconds connect_timeout{30'000};
+  /// The job secret (16 to 1024 bytes, the same on every rank) that authenticates every
+  /// connection; "" reads WEFT_JOB_SECRET, and without either nothing is authenticated (a warning
+  /// says what is exposed). See docs/comm.md, "Wire format: handshake and authentication".
+  std::string secret = {};
+  /// Each accepted connection must finish its handshake within this, or it is dropped.
+  std::chrono::milliseconds handshake_timeout{2'000};
 };
 
 namespace detail {
@@ -142,6 +150,8 @@ class tcp_transport : public detail::engine_front<detail::tcp_link> {
     req.send_buffer = opt.send_buffer;
     req.recv_buffer = opt.recv_buffer;
     req.connect_timeout = opt.connect_timeout;
+    req.secret = opt.secret;
+    req.limits.handshake_timeout = opt.handshake_timeout;
     mesh_ = std::make_unique<detail::tcp_mesh>(req);
     const int K = opt.connections;
     link_ = std::make_unique<detail::tcp_link>(rank, size, K);
