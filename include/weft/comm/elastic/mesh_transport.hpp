@@ -1,10 +1,15 @@
 // A minimal tcp full-mesh transport for one membership epoch of an elastic group: every pair of
-// members holds one connection, frames carry (channel, check, length), and every wait polls all
-// peers, so a peer that dies (connection closed) or aborts is noticed wherever this rank waits.
+// members holds one connection (authenticated by weft's handshake), frames carry (channel, check,
+// length) with bounded lengths, and every wait polls all peers, so a peer that dies (connection
+// closed) or aborts is noticed wherever this rank waits.
 // POSIX sockets + poll(2); used by elastic_group until weft::comm's tcp transport can be rebuilt per epoch.
 #pragma once
 
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/detail/handshake.hpp>
+#include <weft/comm/detail/handshake_io.hpp>
+#include <weft/comm/detail/sockets.hpp>
+#include <weft/comm/detail/wire.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
 
@@ -15,6 +20,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +44,8 @@ struct peer_address {
   std::string name;  ///< the member's name (unique in the group; appears in every error)
   std::string host;  ///< numeric IPv4 address
   int port = 0;
+  /// Random per member process (0: unknown): a connection claiming this member must carry it.
+  std::uint64_t instance = 0;
 };
 
 namespace detail {
@@ -52,6 +61,7 @@ inline void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 inline sockaddr_in make_addr(const std::string& host, int port, const char* where) {
+  expects(port >= 0 && port <= 65535, errc::invalid_argument, where, "port ", port, " is outside [0, 65535]");
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -148,62 +158,59 @@ inline bool read_all(int fd, void* data, std::size_t n, deadline until) {
 }
 }  // namespace detail
 
+/// Members one epoch may have (a count read from the coordinator above it is refused).
+inline constexpr int max_members = 1 << 16;
+/// Longest abort reason a peer may send.
+inline constexpr std::size_t max_abort_reason_bytes = 4096;
+
+/// "" when `a` is a usable member address (a name without spaces, a numeric IPv4 host, a port in
+/// [1, 65535]), else why not.
+inline std::string check_member_address(const peer_address& a, const comm::detail::wire_limits& limits = {}) {
+  if (a.name.empty() || a.name.size() > limits.max_name_bytes || !comm::detail::is_token(a.name))
+    return "member name '" + a.name.substr(0, 64) + "' must be 1 to 255 printable characters without spaces";
+  if (!comm::detail::parse_ipv4(a.host)) return "host '" + a.host.substr(0, 64) + "' is not a numeric IPv4 address";
+  if (a.port < 1 || a.port > 65535) return detail::concat("port ", a.port, " is outside [1, 65535]");
+  return {};
+}
+
 /// One epoch's connections among `members` (in ring order); this process is members[me]. The
 /// constructor connects to every lower index and accepts every higher one on `listen_fd` (borrowed,
-/// non-blocking, reused across epochs; a handshake carries the epoch, so stale connections from an
-/// earlier epoch's attempt are refused). Messages on one (peer, channel) arrive in order; frames of
-/// other channels are kept until asked for. Errors name this member, the peer (index and name),
-/// the channel and the epoch: errc::peer_failure for a closed connection, errc::timeout at the
-/// deadline, errc::aborted when a peer aborted, errc::mismatch for a frame of another length/check.
-/// Satisfies abortable_transport. Not thread-safe (one collective at a time). Send/recv cost
-/// O(bytes) plus one poll over all peers per wake-up; construction O(members) connections.
+/// non-blocking, reused across epochs). Every connection runs weft's handshake (authenticated with
+/// `secret` when it is not empty) naming the epoch, the member index, name and instance, so stale
+/// attempts of another epoch and strangers are refused; accepted handshakes run concurrently, each
+/// with its own deadline, so idle connections cannot stop an epoch from forming. Messages on one
+/// (peer, channel) arrive in order; a frame for the receive being waited on lands straight in its
+/// buffer, frames of other channels are kept (bounded: limits.max_unexpected_bytes per peer) until
+/// asked for. Errors name this member, the peer (index and name), the channel and the epoch:
+/// errc::peer_failure for a closed connection, errc::timeout at the deadline, errc::aborted when a
+/// peer aborted, errc::mismatch for a frame of another length/check, errc::capacity for a frame
+/// above the limits (that connection is then closed). Satisfies abortable_transport. Not
+/// thread-safe (one collective at a time). Send/recv cost O(bytes) plus one poll over all peers per
+/// wake-up; construction O(members) connections.
 class mesh_transport {
  public:
   static constexpr bool thread_safe_channels = false;
   static constexpr std::uint32_t abort_channel = 0xffffffffu;
 
-  mesh_transport(std::vector<peer_address> members, int me, int listen_fd, std::uint64_t epoch, deadline until)
-      : members_(std::move(members)), me_(me), epoch_(epoch) {
+  mesh_transport(std::vector<peer_address> members, int me, int listen_fd, std::uint64_t epoch, deadline until,
+                 const comm::detail::job_secret& secret = {}, const comm::detail::wire_limits& limits = {})
+      : members_(std::move(members)), me_(me), epoch_(epoch), limits_(limits) {
     constexpr const char* where = "weft::comm::elastic::mesh_transport";
     const int n = size();
+    expects(n >= 1 && n <= max_members, errc::out_of_range, where, "member count ", n, " is outside [1, ", max_members,
+            "]");
     expects(me >= 0 && me < n, errc::out_of_range, where, "member index ", me, " is outside [0, ", n, ")");
+    for (const auto& m : members_) {
+      const std::string bad = check_member_address(m, limits_);
+      expects(bad.empty(), errc::invalid_argument, where, bad);
+    }
     fds_.assign(static_cast<std::size_t>(n), -1);
     rx_.resize(static_cast<std::size_t>(n));
+    stashed_.assign(static_cast<std::size_t>(n), 0);
+    comm::detail::connection_log log(label());
     try {
-      for (int j = 0; j < me; ++j) {
-        const int fd = detail::connect_to(members_[idx(j)].host, members_[idx(j)].port, until, where, who(j));
-        const hello h{epoch_, magic, static_cast<std::uint32_t>(me)};
-        if (!detail::write_all(fd, &h, sizeof h, until)) {
-          ::close(fd);
-          fail(errc::peer_failure, j, 0, "handshake", "the peer closed the connection during the handshake");
-        }
-        fds_[idx(j)] = fd;
-      }
-      int missing = n - 1 - me;
-      while (missing > 0) {
-        pollfd p{listen_fd, POLLIN, 0};
-        const int rc = ::poll(&p, 1, detail::remaining_ms(until));
-        if (rc <= 0 && clock_type::now() >= until) {
-          std::string who_missing;
-          for (int j = me + 1; j < n; ++j)
-            if (fds_[idx(j)] < 0) who_missing += " " + who(j);
-          weft::detail::raise(errc::timeout, where, label(),
-                              ": members did not connect before the deadline:", who_missing);
-        }
-        const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) continue;
-        hello h{};
-        const bool ok =
-            detail::read_all(fd, &h, sizeof h, std::min(until, clock_type::now() + std::chrono::seconds(2)));
-        if (!ok || h.magic != magic || h.epoch != epoch_ || static_cast<int>(h.from) <= me ||
-            static_cast<int>(h.from) >= n || fds_[h.from] >= 0) {
-          ::close(fd);  // a stale attempt of another epoch, or a stranger
-          continue;
-        }
-        detail::set_nodelay(fd);
-        fds_[h.from] = fd;
-        --missing;
-      }
+      for (int j = 0; j < me; ++j) connect_member(j, secret, until);
+      accept_members(listen_fd, secret, until, log);
     } catch (...) {
       close_all();
       throw;
@@ -237,6 +244,7 @@ class mesh_transport {
     if (aborted_) return;
     aborted_ = true;
     reason_ = detail::concat(label(), " aborted: ", why);
+    if (reason_.size() > max_abort_reason_bytes) reason_.resize(max_abort_reason_bytes);
     const auto until = clock_type::now() + std::chrono::milliseconds(200);
     for (int j = 0; j < size(); ++j) {
       if (j == me_ || fds_[idx(j)] < 0) continue;
@@ -247,12 +255,6 @@ class mesh_transport {
   }
 
  private:
-  static constexpr std::uint32_t magic = 0x77656674;  // "weft"
-  struct hello {                                      // no padding: every byte sent is initialised
-    std::uint64_t epoch;
-    std::uint32_t magic;
-    std::uint32_t from;
-  };
   struct frame_hdr {
     std::uint32_t channel;
     std::uint32_t check;
@@ -260,20 +262,108 @@ class mesh_transport {
   };
   struct frame {
     std::uint32_t check;
-    std::vector<std::byte> bytes;
+    std::size_t len;
+    std::unique_ptr<std::byte[]> bytes;
   };
   struct rx_state {
     frame_hdr h{};
     std::size_t hdr_got = 0;
-    std::vector<std::byte> body;
+    std::byte* dst = nullptr;           // the posted receive's buffer, or body
+    std::unique_ptr<std::byte[]> body;  // a frame nobody waits for yet
     std::size_t body_got = 0;
-    std::string closed;  // non-empty once the connection ended: why
+    bool direct = false;  // dst is the posted receive's buffer
+    std::string closed;   // non-empty once the connection ended: why
+  };
+  struct posted_recv {  // the receive exchange() waits for
+    int src = -1;
+    std::uint32_t channel = 0, check = 0;
+    std::span<std::byte> buf;
+    bool done = false;
   };
 
   static std::size_t idx(int i) noexcept { return static_cast<std::size_t>(i); }
   std::string who(int j) const { return detail::concat("member ", j, " (", members_[idx(j)].name, ")"); }
   std::string label() const {
     return detail::concat("member ", me_, " (", members_[idx(me_)].name, ") epoch ", epoch_);
+  }
+  comm::detail::peer_identity identity() const {
+    comm::detail::peer_identity id;
+    id.rank = me_;
+    id.size = size();
+    id.epoch = epoch_;
+    id.instance = members_[idx(me_)].instance;
+    id.name = members_[idx(me_)].name;
+    return id;
+  }
+  // "" when p is member j of this epoch as the coordinator announced it.
+  std::string is_member(const comm::detail::peer_identity& p, int j) const {
+    if (p.epoch != epoch_) return detail::concat("epoch ", p.epoch, ", this mesh is epoch ", epoch_);
+    if (p.size != size()) return detail::concat("a group of ", p.size, " members, this epoch has ", size());
+    const auto& m = members_[idx(j)];
+    if (p.rank != j || p.name != m.name || (m.instance != 0 && p.instance != m.instance))
+      return detail::concat("'", p.name, "' (index ", p.rank, ") is not ", who(j), " of this epoch");
+    return {};
+  }
+
+  void connect_member(int j, const comm::detail::job_secret& secret, deadline until) {
+    constexpr const char* where = "weft::comm::elastic::mesh_transport";
+    std::string last;
+    for (;;) {
+      const int fd = detail::connect_to(members_[idx(j)].host, members_[idx(j)].port, until, where, who(j));
+      comm::detail::handshake hs(
+          comm::detail::handshake::role::client, comm::detail::conn_kind::elastic_mesh, identity(), secret,
+          [&](const comm::detail::peer_identity& p) { return is_member(p, j); }, limits_);
+      comm::detail::drive(fd, hs, std::min(until, clock_type::now() + limits_.handshake_timeout));
+      if (hs.state() == comm::detail::handshake::status::done) {
+        fds_[idx(j)] = fd;
+        return;
+      }
+      ::close(fd);
+      // The peer may still be in another epoch, or busy: retry until the deadline.
+      last = hs.failure();
+      if (clock_type::now() >= until)
+        fail(errc::timeout, j, 0, "handshake", "no handshake before the deadline: " + last);
+      ::poll(nullptr, 0, 5);
+    }
+  }
+
+  void accept_members(int listen_fd, const comm::detail::job_secret& secret, deadline until,
+                      comm::detail::connection_log& log) {
+    constexpr const char* where = "weft::comm::elastic::mesh_transport";
+    int missing = size() - 1 - me_;
+    if (missing == 0) return;
+    const auto id = identity();
+    comm::detail::handshake_pool pool(
+        listen_fd,
+        [&] {
+          return std::make_unique<comm::detail::handshake>(
+              comm::detail::handshake::role::server, comm::detail::conn_kind::elastic_mesh, id, secret,
+              [&](const comm::detail::peer_identity& p) -> std::string {
+                if (p.rank <= me_ || p.rank >= size())
+                  return detail::concat("member index ", p.rank, " may not connect to member ", me_);
+                return is_member(p, p.rank);
+              },
+              limits_);
+        },
+        limits_, log);
+    while (missing > 0) {
+      auto a = pool.next(until);
+      if (!a) {
+        std::string who_missing;
+        for (int j = me_ + 1; j < size(); ++j)
+          if (fds_[idx(j)] < 0) who_missing += " " + who(j);
+        weft::detail::raise(errc::timeout, where, label(),
+                            ": members did not connect before the deadline:", who_missing, log.summary());
+      }
+      if (a->fd < 0) continue;  // an authenticated member of another epoch: it retries when it catches up
+      int& slot = fds_[idx(a->peer.rank)];
+      if (slot >= 0)
+        ::close(slot);  // the same member again: its first attempt timed out after this side admitted it
+      else
+        --missing;
+      detail::set_nodelay(a->fd);
+      slot = a->fd;
+    }
   }
 
   [[noreturn]] void fail(errc code, int peer, std::uint32_t channel, const char* what, const std::string& why) const {
@@ -286,21 +376,60 @@ class mesh_transport {
     if (aborted_) weft::detail::raise(errc::aborted, "weft::comm::elastic::mesh_transport", reason_);
   }
 
-  // Reads what peer j has available; completed frames go to the stash. A closed connection is
-  // recorded, not thrown: it fails only the calls that need that peer (frames it sent before
-  // closing are still delivered), so a member that finished a collective and left does not break
-  // the others still completing it. An abort frame throws.
+  // Closes the receive side of peer j for good (its bytes can no longer be trusted) and throws.
+  [[noreturn]] void poison(int j, errc code, std::uint32_t channel, const std::string& why) {
+    auto& s = rx_[idx(j)];
+    s = rx_state{};
+    s.closed = why;
+    ::shutdown(fds_[idx(j)], SHUT_RDWR);
+    fail(code, j, channel, "recv", why);
+  }
+
+  // A frame header from peer j is complete: bound it, then pick where its body goes.
+  void start_body(int j, std::uint32_t channel) {
+    auto& s = rx_[idx(j)];
+    const std::uint64_t len = s.h.len;
+    if (s.h.channel == abort_channel && len > max_abort_reason_bytes)
+      poison(j, errc::capacity, channel, detail::concat("an abort frame of ", len, " bytes exceeds the limit"));
+    if (len > limits_.max_message_bytes)
+      poison(j, errc::capacity, channel,
+             detail::concat("a frame of ", len, " bytes exceeds the limit of ", limits_.max_message_bytes));
+    const auto key = std::make_pair(j, s.h.channel);
+    const auto it = stash_.find(key);
+    if (posted_.buf.data() != nullptr && !posted_.done && posted_.src == j && posted_.channel == s.h.channel &&
+        posted_.check == s.h.check && posted_.buf.size() == len && (it == stash_.end() || it->second.empty())) {
+      s.dst = posted_.buf.data();
+      s.direct = true;
+      return;
+    }
+    if (stashed_[idx(j)] + len > limits_.max_unexpected_bytes)
+      poison(j, errc::capacity, channel,
+             detail::concat("the peer sent ", stashed_[idx(j)] + len,
+                            " bytes that no receive asked for yet, above the limit of ", limits_.max_unexpected_bytes));
+    try {
+      s.body = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(len));
+    } catch (const std::bad_alloc&) {
+      poison(j, errc::capacity, channel, detail::concat("cannot buffer a frame of ", len, " bytes"));
+    }
+    s.dst = s.body.get();
+  }
+
+  // Reads what peer j has available; a completed frame lands in the posted receive or the stash. A
+  // closed connection is recorded, not thrown: it fails only the calls that need that peer (frames
+  // it sent before closing are still delivered), so a member that finished a collective and left
+  // does not break the others still completing it. An abort frame throws.
   void pump(int j, std::uint32_t channel) {
     auto& s = rx_[idx(j)];
     while (s.closed.empty()) {
       std::byte* dst;
       std::size_t want;
-      if (s.hdr_got < sizeof(frame_hdr)) {
+      const bool in_header = s.hdr_got < sizeof(frame_hdr);
+      if (in_header) {
         dst = reinterpret_cast<std::byte*>(&s.h) + s.hdr_got;
         want = sizeof(frame_hdr) - s.hdr_got;
       } else {
-        dst = s.body.data() + s.body_got;
-        want = s.body.size() - s.body_got;
+        dst = s.dst + s.body_got;
+        want = static_cast<std::size_t>(s.h.len) - s.body_got;
       }
       if (want > 0) {
         const ssize_t r = ::recv(fds_[idx(j)], dst, want, 0);
@@ -310,22 +439,46 @@ class mesh_transport {
           return;
         }
         if (r < 0) return;
-        if (s.hdr_got < sizeof(frame_hdr)) {
+        if (in_header) {
           s.hdr_got += static_cast<std::size_t>(r);
-          if (s.hdr_got == sizeof(frame_hdr)) s.body.assign(s.h.len, std::byte{0});
+          if (s.hdr_got == sizeof(frame_hdr)) start_body(j, channel);
         } else {
           s.body_got += static_cast<std::size_t>(r);
         }
       }
-      if (s.hdr_got == sizeof(frame_hdr) && s.body_got == s.body.size()) {
+      if (s.hdr_got == sizeof(frame_hdr) && s.body_got == s.h.len) {
         if (s.h.channel == abort_channel) {
-          const std::string why(reinterpret_cast<const char*>(s.body.data()), s.body.size());
+          const std::string why(reinterpret_cast<const char*>(s.dst), s.body_got);
           fail(errc::aborted, j, channel, "recv", "the peer aborted the group: " + why);
         }
-        stash_[{j, s.h.channel}].push_back(frame{s.h.check, std::move(s.body)});
+        if (s.direct) {
+          posted_.done = true;
+        } else {
+          stashed_[idx(j)] += s.h.len;
+          stash_[{j, s.h.channel}].push_back(frame{s.h.check, static_cast<std::size_t>(s.h.len), std::move(s.body)});
+        }
         s = rx_state{};
       }
     }
+  }
+
+  // A receive that ends (returns or throws) while its frame is half-read into the caller's buffer
+  // moves the part read so far into a buffer of its own, so later bytes never land in memory the
+  // caller took back.
+  void unpost() noexcept {
+    for (auto& s : rx_) {
+      if (!s.direct) continue;
+      try {
+        s.body = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(s.h.len));
+        std::memcpy(s.body.get(), s.dst, s.body_got);
+        s.dst = s.body.get();
+        s.direct = false;
+      } catch (...) {
+        s = rx_state{};
+        s.closed = "a receive was abandoned and its frame could not be buffered";
+      }
+    }
+    posted_ = posted_recv{};
   }
 
   // Sends *out to dst and/or receives *in from src, pumping every peer while it waits.
@@ -334,20 +487,32 @@ class mesh_transport {
     const frame_hdr h{tag.channel, tag.check, out ? out->size() : 0};
     std::size_t sent = 0;
     const std::size_t total = out ? sizeof h + out->size() : 0;
+    if (in) {
+      posted_ = posted_recv{src, tag.channel, tag.check, *in, false};
+      // A frame of src on this channel may be half-read into a stash buffer already; it keeps going there.
+    }
+    struct unposter {
+      mesh_transport* m;
+      ~unposter() {
+        if (m) m->unpost();
+      }
+    } guard{in ? this : nullptr};
     std::vector<pollfd> polls;
     for (;;) {
       if (in && sent == total) {
+        if (posted_.done) return;
         auto it = stash_.find({src, tag.channel});
         if (it != stash_.end() && !it->second.empty()) {
           frame f = std::move(it->second.front());
           it->second.pop_front();
+          stashed_[idx(src)] -= f.len;
           if (f.check != tag.check)
             fail(errc::mismatch, src, tag.channel, "recv",
                  "the members disagree about the operation: " + explain_check_difference(tag.check, f.check));
-          if (f.bytes.size() != in->size())
+          if (f.len != in->size())
             fail(errc::mismatch, src, tag.channel, "recv",
-                 detail::concat("the peer sent ", f.bytes.size(), " bytes but this member expects ", in->size()));
-          if (!f.bytes.empty()) std::memcpy(in->data(), f.bytes.data(), f.bytes.size());
+                 detail::concat("the peer sent ", f.len, " bytes but this member expects ", in->size()));
+          if (f.len > 0) std::memcpy(in->data(), f.bytes.get(), f.len);
           return;
         }
       }
@@ -411,9 +576,12 @@ class mesh_transport {
   std::vector<peer_address> members_;
   int me_;
   std::uint64_t epoch_;
+  comm::detail::wire_limits limits_;
   std::vector<int> fds_;
   std::vector<rx_state> rx_;
+  std::vector<std::uint64_t> stashed_;  // bytes of stashed frames per peer
   std::map<std::pair<int, std::uint32_t>, std::deque<frame>> stash_;
+  posted_recv posted_;
   bool aborted_ = false;
   std::string reason_;
 };
