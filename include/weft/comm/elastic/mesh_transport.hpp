@@ -173,6 +173,21 @@ inline std::string check_member_address(const peer_address& a, const comm::detai
   return {};
 }
 
+/// "" when `p` is member j of epoch `epoch` as `members` lists it (index, group size, name and, when
+/// known, instance), else why not: both sides of a mesh connection check this of each other.
+inline std::string mesh_admission(const comm::detail::peer_identity& p, int j, const std::vector<peer_address>& members,
+                                  std::uint64_t epoch) {
+  if (p.epoch != epoch) return detail::concat("epoch ", p.epoch, ", this mesh is epoch ", epoch);
+  if (p.size != static_cast<int>(members.size()))
+    return detail::concat("a group of ", p.size, " members, this epoch has ", members.size());
+  if (j < 0 || j >= static_cast<int>(members.size())) return detail::concat("member index ", j, " is out of range");
+  const auto& m = members[static_cast<std::size_t>(j)];
+  if (p.rank != j || p.name != m.name || (m.instance != 0 && p.instance != m.instance))
+    return detail::concat("'", p.name.substr(0, 64), "' (index ", p.rank, ") is not member ", j, " (", m.name,
+                          ") of this epoch");
+  return {};
+}
+
 /// One epoch's connections among `members` (in ring order); this process is members[me]. The
 /// constructor connects to every lower index and accepts every higher one on `listen_fd` (borrowed,
 /// non-blocking, reused across epochs). Every connection runs weft's handshake (authenticated with
@@ -215,6 +230,23 @@ class mesh_transport {
       close_all();
       throw;
     }
+  }
+  /// Adopts connections that are already up and authenticated: fds[j] is the socket to member j
+  /// (-1 for this member), and the mesh owns them from now on. For tests and fuzzing, and for
+  /// callers that form connections their own way.
+  mesh_transport(std::vector<peer_address> members, int me, std::uint64_t epoch, std::vector<int> fds,
+                 const comm::detail::wire_limits& limits = {})
+      : members_(std::move(members)), me_(me), epoch_(epoch), limits_(limits), fds_(std::move(fds)) {
+    constexpr const char* where = "weft::comm::elastic::mesh_transport";
+    const int n = size();
+    const bool ok = n >= 1 && n <= max_members && me >= 0 && me < n && fds_.size() == members_.size();
+    if (!ok) close_all();
+    expects(ok, errc::invalid_argument, where, "member index ", me, " of ", n, " members with ", fds_.size(),
+            " sockets");
+    for (int& fd : fds_)
+      if (fd >= 0) detail::set_nonblocking(fd);
+    rx_.resize(static_cast<std::size_t>(n));
+    stashed_.assign(static_cast<std::size_t>(n), 0);
   }
   mesh_transport(const mesh_transport&) = delete;
   mesh_transport& operator=(const mesh_transport&) = delete;
@@ -295,14 +327,8 @@ class mesh_transport {
     id.name = members_[idx(me_)].name;
     return id;
   }
-  // "" when p is member j of this epoch as the coordinator announced it.
   std::string is_member(const comm::detail::peer_identity& p, int j) const {
-    if (p.epoch != epoch_) return detail::concat("epoch ", p.epoch, ", this mesh is epoch ", epoch_);
-    if (p.size != size()) return detail::concat("a group of ", p.size, " members, this epoch has ", size());
-    const auto& m = members_[idx(j)];
-    if (p.rank != j || p.name != m.name || (m.instance != 0 && p.instance != m.instance))
-      return detail::concat("'", p.name, "' (index ", p.rank, ") is not ", who(j), " of this epoch");
-    return {};
+    return mesh_admission(p, j, members_, epoch_);
   }
 
   void connect_member(int j, const comm::detail::job_secret& secret, deadline until) {
