@@ -62,7 +62,6 @@ int main(int argc, char** argv) {
         }
         wc::tcp_options to;
         to.bind = "127.0.0.1";
-        if (const char* k = std::getenv("BENCH_TCP_K")) to.connections = std::atoi(k);
         wc::tcp_transport tcp(r, n, wc::tcp_rendezvous::rank0("127.0.0.1", tcp_port), to);
         std::vector<float> w(1);
         we::shared_state state;

@@ -47,6 +47,10 @@ struct group_options {
   /// A handshake (with the coordinator or a member) must finish within this, or it is retried
   /// (members) or fails (the coordinator).
   std::chrono::milliseconds handshake_timeout{2'000};
+  /// Data connections per pair of members (the same in every member) and the message size from
+  /// which a message is split over them.
+  int connections = 2;
+  std::size_t stripe_min = std::size_t{1} << 18;
 };
 
 /// What a round decided. A plain value.
@@ -166,7 +170,7 @@ class elastic_group {
       mesh_.reset();
       broken_ = true;  // until the new mesh stands
       mesh_ = std::make_unique<mesh_transport>(members, me, listen_fd_, e, clock_type::now() + opt_.connect_timeout,
-                                               secret_, limits_);
+                                               secret_, limits_, mesh_options{opt_.connections, opt_.stripe_min});
       broken_ = false;
       channel_ = 1;
     }

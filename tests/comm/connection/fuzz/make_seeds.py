@@ -41,14 +41,22 @@ write("rendezvous_intro", "refused", b"\x02" + hello(RENDEZVOUS, 0, 4, 0, 2, 0, 
 write("rendezvous_intro", "authenticated_hello", b"\x01" + hello(RENDEZVOUS, 1, 4, 0, 2, 0, 42, 6000, auth=True) + bytes(32))
 write("rendezvous_intro", "huge_host_length", b"\x00" + hello(RENDEZVOUS, 1, 4, 0, 2, 0, 42, 6000)[:12] + b"\xff\xff" +
       hello(RENDEZVOUS, 1, 4, 0, 2, 0, 42, 6000)[14:])
-# mesh_hello: a hello of member b for epoch 3, then frames (u32 channel, u32 check, u64 length, body)
-b_hello = hello(ELASTIC_MESH, 1, 2, 0, 0, 3, 12, name=b"b")
-frame = lambda ch, n, body=None: struct.pack("<IIQ", ch, 0, n) + (body if body is not None else bytes(n))
+# mesh_hello: a hello of member b (connection 0 of 2) for epoch 3, then a split byte (how many
+# bytes, /8, go to connection 0) and frames: u32 channel, u32 check, u64 total, u64 seq, u32 pieces,
+# u32 reserved, then the piece's bytes.
+b_hello = hello(ELASTIC_MESH, 1, 2, 0, 2, 3, 12, name=b"b")
+frame = lambda ch, total, seq, pieces=1, body=None: struct.pack("<IIQQII", ch, 0, total, seq, pieces, 0) + (
+    body if body is not None else bytes(total if pieces == 1 else total // pieces))
 write("mesh_hello", "member_b", b_hello)
-write("mesh_hello", "member_b_frames", b_hello + frame(1, 16) + frame(2, 3) + frame(1, 16))
-write("mesh_hello", "phantom_length", b_hello + frame(1, 1 << 62, b""))
-write("mesh_hello", "abort", b_hello + frame(0xFFFFFFFF, 5, b"stop!"))
-write("mesh_hello", "stale_epoch", hello(ELASTIC_MESH, 1, 2, 0, 0, 2, 12, name=b"b"))
+small = frame(1, 16, 0) + frame(2, 3, 1) + frame(3, 16, 2)
+write("mesh_hello", "member_b_frames", b_hello + bytes([len(small) // 8]) + small + b"\0" * (len(small) % 8))
+striped0 = frame(2, 100, 0, 2)  # piece 0 (50 bytes) on connection 0, piece 1 on connection 1
+striped1 = frame(2, 100, 0, 2)
+write("mesh_hello", "striped", b_hello + bytes([len(striped0) // 8]) + striped0 + striped1)
+write("mesh_hello", "phantom_length", b_hello + b"\x04" + struct.pack("<IIQQII", 1, 0, 1 << 62, 0, 1, 0))
+write("mesh_hello", "abort", b_hello + b"\x05" + frame(0xFFFFFFFF, 5, 0, body=b"stop!"))
+write("mesh_hello", "stale_epoch", hello(ELASTIC_MESH, 1, 2, 0, 2, 2, 12, name=b"b"))
+
 # coordinator_line
 write("coordinator_line", "member_lines",
       b"HELLO w1 127.0.0.1 4000 w:f32[64] 77\nREADY 3 1234 1 0\nHB\nLEAVE\n")
