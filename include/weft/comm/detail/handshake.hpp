@@ -1,10 +1,6 @@
-// Internal: the handshake every weft::comm connection runs before it carries a byte of data or
-// protocol: a hello each way (magic, wire version, connection kind, identity, a fresh nonce) and,
-// when the job has a secret, mutual HMAC-SHA256 challenge-response over both hellos (RFC 2104;
-// the ISO/IEC 9798-4 three-pass shape), then the server's verdict. Every length is bounded before
-// it is read. Sans-I/O: the class only consumes and produces bytes, so the same code runs over
-// blocking sockets, a poll(2) loop, Boost.Asio and a fuzzer. docs/comm.md, "Wire format:
-// handshake and authentication", is the specification.
+// Internal: the handshake every weft::comm connection runs first — a bounded hello each way and,
+// with a job secret, mutual HMAC-SHA256 challenge-response (RFC 2104; ISO/IEC 9798-4 three-pass).
+// Sans-I/O, so sockets, Asio and the fuzzer drive the same code; specified in docs/comm.md.
 #pragma once
 
 #include <weft/comm/detail/env.hpp>
@@ -65,7 +61,8 @@ struct peer_identity {
 
 /// A job's shared secret: every process of a job holds the same one, and a connection is accepted
 /// only from a side that proves it holds it too. Empty means "no authentication". 16 to 1024
-/// bytes (high-entropy, e.g. `openssl rand -hex 32`). The bytes are never printed. A plain value.
+/// bytes (high-entropy, e.g. `openssl rand -hex 32`). The bytes are never printed. A plain value;
+/// safe to read from several threads.
 class job_secret {
  public:
   static constexpr std::size_t min_bytes = 16;

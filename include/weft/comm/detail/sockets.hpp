@@ -28,7 +28,7 @@
 
 namespace weft::comm::detail {
 
-/// Owns one file descriptor (closed on destruction). Move-only.
+/// Owns one file descriptor (closed on destruction). Move-only; not thread-safe.
 class unique_fd {
  public:
   unique_fd() = default;

@@ -1,10 +1,6 @@
-// Internal: how the ranks of a tcp_transport find each other and form their mesh of sockets: a
-// rendezvous through rank 0 (host:port) or a shared directory, then K connections per pair of
-// ranks, each opened by the higher rank. Every connection runs the handshake of handshake.hpp
-// (authenticated with the job secret when there is one); the accepting side runs its handshakes
-// concurrently, so strangers are dropped and logged without stalling or killing the job, and the
-// connecting side checks it reached the process the rendezvous named. The data path (tcp_link,
-// stream_engine) lives elsewhere.
+// Internal: how tcp_transport's ranks find each other (rank-0 rendezvous or a file store) and form
+// their mesh of K sockets per pair, every connection through the handshake of handshake.hpp, run
+// concurrently on the accepting side. The data path (tcp_link, stream_engine) lives elsewhere.
 #pragma once
 
 #include <weft/comm/concepts.hpp>

@@ -1,9 +1,6 @@
-// The coordinator of an elastic group (Boost.Asio, one thread): admits peers whose state spec
-// matches, watches heartbeats and rounds, and at each step boundary ("round") publishes a
-// numbered membership epoch in ring order with the majority state hash, the way PCCL's master
-// node and torchelastic's rendezvous do. Any rank's process or a separate process can run it.
-// Every connection first runs weft's handshake (authenticated with the job secret when there is
-// one); the io thread never blocks, bounds every line, and drops silent or misbehaving peers.
+// The coordinator of an elastic group (Boost.Asio, one never-blocking thread): admits
+// authenticated peers whose state spec matches, watches heartbeats and rounds, and publishes
+// membership epochs with the majority state hash, as PCCL's master node and torchelastic do.
 #pragma once
 
 #include <weft/comm/detail/handshake.hpp>
