@@ -76,10 +76,10 @@ int main(int argc, char** argv) {
         auto& mesh = group.transport();
         std::vector<float> buf(f.max_bytes / sizeof(float), 1.0f);
         if (r == 0)
-          std::printf("# %d ranks, ring allreduce, %d allreduces per batch, %d batches per transport, alternating\n"
-                      "%10s  %-28s  %-28s  %s\n",
-                      n, f.iters, f.reps, "bytes", "tcp_transport busbw GB/s", "elastic mesh busbw GB/s",
-                      "mesh/tcp (medians)");
+          std::printf(
+              "# %d ranks, ring allreduce, %d allreduces per batch, %d batches per transport, alternating\n"
+              "%10s  %-28s  %-28s  %s\n",
+              n, f.iters, f.reps, "bytes", "tcp_transport busbw GB/s", "elastic mesh busbw GB/s", "mesh/tcp (medians)");
         for (std::size_t bytes : bench::sizes(f)) {
           std::span<float> data(buf.data(), bytes / sizeof(float));
           std::vector<double> tcp_bw, mesh_bw;
