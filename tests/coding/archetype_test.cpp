@@ -16,13 +16,12 @@ namespace {
 
 // A two-worker repetition code written from scratch: both workers hold the one partition.
 struct minimal_code {
-  Eigen::MatrixXd b = Eigen::MatrixXd::Ones(2, 1);
   std::vector<std::size_t> held{0};
   std::size_t n_workers() const { return 2; }
   std::size_t n_partitions() const { return 1; }
   std::size_t stragglers() const { return 1; }
   std::span<const std::size_t> assignment(std::size_t) const { return held; }
-  const Eigen::MatrixXd& coefficients() const { return b; }
+  double coefficient(std::size_t, std::size_t) const { return 1.0; }
   std::shared_ptr<const weft::coding::decoder> try_decoder(std::span<const std::size_t> f) const {
     if (f.empty()) return nullptr;
     auto d = std::make_shared<weft::coding::decoder>();

@@ -4,8 +4,6 @@
 
 #include <weft/coding/decoder.hpp>
 
-#include <Eigen/Dense>
-
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -18,15 +16,16 @@
 namespace weft::coding {
 
 /// C is a gradient code: n workers, k data partitions, an assignment of partitions to workers,
-/// encoding coefficients B (n x k, worker i sends sum_j B_ij g_j), and a decoder for any survivor
-/// set, or nullptr when the set cannot decode.
+/// encoding coefficients (coefficient(i, j) = B_ij; worker i sends sum_j B_ij g_j over the
+/// partitions it holds), and a decoder for any survivor set, or nullptr when the set cannot decode.
 template <class C>
-concept gradient_code = requires(const C& c, std::size_t worker, std::span<const std::size_t> survivors) {
+concept gradient_code = requires(const C& c, std::size_t worker, std::size_t partition,
+                                 std::span<const std::size_t> survivors) {
   { c.n_workers() } -> std::convertible_to<std::size_t>;
   { c.n_partitions() } -> std::convertible_to<std::size_t>;
   { c.stragglers() } -> std::convertible_to<std::size_t>;
   { c.assignment(worker) } -> std::convertible_to<std::span<const std::size_t>>;
-  { c.coefficients() } -> std::convertible_to<const Eigen::MatrixXd&>;
+  { c.coefficient(worker, partition) } -> std::convertible_to<double>;
   { c.try_decoder(survivors) } -> std::convertible_to<std::shared_ptr<const decoder>>;
 };
 
