@@ -91,7 +91,7 @@ rank_result run_rank(T& t, const linear_code& code, std::size_t steps, int late,
       std::this_thread::sleep_for(std::chrono::milliseconds(gen.below(static_cast<std::uint64_t>(jitter.count()))));
     }
     std::vector<float> out(dim, -1.0f);
-    res.rep.push_back(group.reduce(step, msg, out));
+    res.rep.push_back(group.reduce(msg, out));
     res.out.push_back(std::move(out));
     if (t.rank() != late && finished) ++finished[step];
   }
@@ -107,6 +107,7 @@ void check_group(const std::vector<rank_result>& all, const linear_code& code, i
     CHECK(code.try_decoder(f) != nullptr);
     if (late >= 0) CHECK(std::find(f.begin(), f.end(), static_cast<std::size_t>(late)) == f.end());
     for (std::size_t r = 0; r < all.size(); ++r) {
+      CHECK(all[r].rep[step].step == step);
       CHECK(all[r].rep[step].survivors == f);
       CHECK(all[r].rep[step].included == (std::find(f.begin(), f.end(), r) != f.end()));
       CHECK(std::memcmp(all[r].out[step].data(), all[0].out[step].data(), dim * sizeof(float)) == 0);
@@ -193,7 +194,7 @@ TEST_CASE("coded allreduce: bad arguments and no decodable set are clear errors"
     coded_allreduce<wc::inproc_transport, linear_code> g(t1, code, dim, quick);
     std::vector<float> out(dim);
     try {
-      g.reduce(0, message(code, 1, 0), out);
+      g.reduce(message(code, 1, 0), out);
     } catch (const weft::error& e) {
       errors[1] = e.what();
     }
@@ -201,13 +202,12 @@ TEST_CASE("coded allreduce: bad arguments and no decodable set are clear errors"
   {
     coded_allreduce<wc::inproc_transport, linear_code> g(t0, code, dim, quick);
     std::vector<float> out(dim), small(3);
-    CHECK_THROWS_WITH(g.reduce(0, small, out), Contains("dim = 257"));
+    CHECK_THROWS_WITH(g.reduce(small, out), Contains("dim = 257"));
     try {
-      g.reduce(0, message(code, 0, 0), out);
+      g.reduce(message(code, 0, 0), out);
     } catch (const weft::error& e) {
       errors[0] = e.what();
     }
-    CHECK_THROWS_WITH(g.reduce(0, message(code, 0, 0), out), Contains("not above the previous step 0"));
     other.join();
   }
   CHECK_THAT(errors[0], Contains("step 0 found no decodable set") && Contains("2 of 4 ranks were ready"));
@@ -233,9 +233,9 @@ void process_body(T& t, const linear_code& code, int late) {
     coded_allreduce_report rep;
     if (t.rank() == late) {
       wc::barrier(t);
-      rep = group.reduce(step, msg, out);
+      rep = group.reduce(msg, out);
     } else {
-      rep = group.reduce(step, msg, out);
+      rep = group.reduce(msg, out);
       wc::barrier(t);
     }
     std::vector<std::int64_t> mine(1, 0), everyone(static_cast<std::size_t>(p));

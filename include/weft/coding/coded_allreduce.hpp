@@ -22,7 +22,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,8 +35,9 @@ namespace weft::coding {
 
 /// Options of a coded allreduce group; every rank must pass the same values.
 struct coded_allreduce_options {
-  /// First of the channels used: channel (the allreduce), + 1 (decisions), + 2 (results forwarded
-  /// to excluded ranks), + 3 + r (ready notices of rank r). Keep [channel, channel + 3 + n) free.
+  /// First of the channels used: channel (the allreduce), + 1 (decisions), + 2 (results sent to
+  /// excluded ranks), and from + 8 three zero-byte notice channels per step (ready, request, result
+  /// coming), wrapping after 2^20 steps. Keep [channel, channel + 8 + 3 * 2^20) free.
   std::uint32_t channel = 0x47430100u;
   int coordinator = 0;  ///< the rank whose service threads decide F
   /// After the first ready notice of a step, how long the coordinator waits for the others before
@@ -47,13 +47,12 @@ struct coded_allreduce_options {
   /// forwarded result within this of the decision, or the step fails with weft::error(timeout); a
   /// rank waits up to twice this for the decision itself (the coordinator's verdict comes first).
   std::chrono::milliseconds timeout{60'000};
-  /// Send the decoded gradient to the ranks left out (from the first survivor, on a background
-  /// thread, so survivors do not wait for them). Off: an excluded rank's output is left untouched.
+  /// Give the decoded gradient to the ranks left out: the first survivor keeps it, and a service
+  /// thread sends it when the late rank asks (so survivors never wait for it). Off: an excluded
+  /// rank's output is left untouched.
   bool forward_to_excluded = true;
   /// The survivors' allreduce (algorithm, segment size); its channel and timeout are set from the above.
   weft::comm::options reduce{};
-  /// How often the service threads look up from a blocking receive (only shutdown waits for it).
-  std::chrono::milliseconds poll{20};
 };
 
 /// What one step did on this rank.
@@ -67,17 +66,24 @@ struct coded_allreduce_report {
 };
 
 /// One rank's end of a coded allreduce group over a concurrent weft::comm transport: worker w of the
-/// code is rank w (the code has transport.size() workers). reduce() is called by one thread at a
-/// time with increasing steps; the object runs service threads (on the coordinator one per peer
-/// plus a decider, on every rank a forwarder started when first needed) and joins them on
-/// destruction, which first finishes pending forwards (each bounded by the timeout). The transport
-/// must outlive it. reduce: O(dim) plus the allreduce over |F| ranks, one decoder lookup, and two
-/// small messages (ready, decision).
+/// code is rank w (the code has transport.size() workers). Every rank calls reduce() once per step,
+/// from one thread at a time; steps are numbered by the calls. Each rank has one service thread: on
+/// the coordinator it collects ready notices, decides and sends the decisions; on the first
+/// survivor of a step that left ranks out it answers their requests for the result. A lock (the
+/// gate) keeps this object's transport calls on one thread at a time and the caller holds it
+/// through the allreduce, so no service work competes with the data (weft::comm's byte-stream
+/// transports can delay a blocked receiver by up to 50 ms when another thread completes its
+/// receive). Notices are zero-byte messages on per-step channels, so polling for them with
+/// receives that return at once can never cut a message in half. The service thread polls every
+/// 0.5 ms while it coordinates or holds results and sleeps otherwise. The destructor first waits
+/// until the ranks it holds results for have asked for them (a result is dropped 2 x timeout after
+/// its step), then joins. The transport must outlive the object. reduce: O(dim) plus the allreduce
+/// over |F| ranks, one decoder lookup and two small messages (ready, decision).
 template <weft::comm::concurrent_transport T, gradient_code Code>
 class coded_allreduce {
  public:
   /// Throws weft::error(invalid_argument) naming the values when the code's n differs from the
-  /// group size, dim is 0, the coordinator is not a rank, or patience/timeout/poll are not positive.
+  /// group size, dim is 0, the coordinator is not a rank, patience is negative or timeout not positive.
   coded_allreduce(T& transport, Code code, std::size_t dim, coded_allreduce_options options = {})
       : t_(transport), code_(std::move(code)), dim_(dim), opt_(options) {
     constexpr const char* ctx = "weft::coding::coded_allreduce";
@@ -88,62 +94,60 @@ class coded_allreduce {
     expects(dim_ > 0, errc::invalid_argument, ctx, "dim must be positive");
     expects(opt_.coordinator >= 0 && static_cast<std::size_t>(opt_.coordinator) < n_, errc::invalid_argument, ctx,
             "coordinator ", opt_.coordinator, " is not a rank of the group of ", n_);
-    expects(opt_.patience.count() >= 0 && opt_.timeout.count() > 0 && opt_.poll.count() > 0, errc::invalid_argument,
-            ctx, "patience must be >= 0 and timeout and poll positive, got ", opt_.patience.count(), " us, ",
-            opt_.timeout.count(), " ms, ", opt_.poll.count(), " ms");
+    expects(opt_.patience.count() >= 0 && opt_.timeout.count() > 0, errc::invalid_argument, ctx,
+            "patience must be >= 0 and timeout positive, got ", opt_.patience.count(), " us and ", opt_.timeout.count(),
+            " ms");
     words_ = (n_ + 63) / 64;
-    if (is_coordinator()) {
-      decider_ = std::thread([this] { decide_loop(); });
-      for (std::size_t q = 0; q < n_; ++q)
-        if (q != rank_) pumps_.emplace_back([this, q] { pump(q); });
-    }
+    dead_.assign(n_, 0);
+    service_ = std::thread([this] { serve(); });
   }
   coded_allreduce(const coded_allreduce&) = delete;
   coded_allreduce& operator=(const coded_allreduce&) = delete;
   ~coded_allreduce() {
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return kept_.empty(); });  // the service thread drops expired results
       stop_ = true;
     }
     cv_.notify_all();
-    for (auto& th : pumps_) th.join();
-    if (decider_.joinable()) decider_.join();
-    if (forwarder_.joinable()) forwarder_.join();
+    service_.join();
   }
 
   std::size_t n_workers() const noexcept { return n_; }
   const Code& code() const noexcept { return code_; }
+  /// Steps done so far (the next reduce() is this step).
+  std::uint64_t steps() const noexcept { return next_step_; }
 
   /// One step: `message` is this rank's coded message (encode(code, rank, partials, message)); out
-  /// receives the decoded gradient. Throws weft::error(invalid_argument) for a size other than dim
-  /// or a step not above the previous one; weft::error(timeout) naming the step when no decodable
-  /// set forms, or the decision, allreduce or forwarded result does not arrive, within the timeout;
-  /// the transport's errors (peer_failure, aborted) as they come. A peer that fails before the
-  /// decision is simply never a survivor.
-  coded_allreduce_report reduce(std::uint64_t step, std::span<const float> message, std::span<float> out) {
+  /// receives the decoded gradient. Throws weft::error(invalid_argument) for a size other than
+  /// dim; weft::error(timeout) naming the step when no decodable set forms, or the decision,
+  /// allreduce or result does not arrive, in time; the transport's errors (peer_failure, aborted)
+  /// as they come. A peer that fails before the decision is never a survivor.
+  coded_allreduce_report reduce(std::span<const float> message, std::span<float> out) {
     constexpr const char* ctx = "weft::coding::coded_allreduce::reduce";
     expects(message.size() == dim_ && out.size() == dim_, errc::invalid_argument, ctx, "message has ", message.size(),
             " and out ", out.size(), " floats; the group carries dim = ", dim_);
-    expects(!last_step_ || step > *last_step_, errc::invalid_argument, ctx, "step ", step,
-            " is not above the previous step ", last_step_.value_or(0));
-    last_step_ = step;
+    const std::uint64_t step = next_step_++;
     const auto start = weft::comm::clock_type::now();
-    auto until = start + opt_.timeout;
     coded_allreduce_report rep;
     rep.step = step;
-    // 1. Ready, then the decision.
+    // 1. Ready, then the decision. The coordinator fails a step `timeout` after its first ready
+    // notice; waiting twice as long for the decision leaves room for that verdict to arrive.
+    const auto decision_until = start + 2 * opt_.timeout;
+    decision d;
     if (is_coordinator()) {
       mark_ready(step, rank_);
+      d = local_decision(step, decision_until, ctx);
     } else {
-      std::array<std::byte, sizeof step> b;
-      std::memcpy(b.data(), &step, sizeof step);
-      t_.send(opt_.coordinator, tag(ready_channel(rank_), check_ready), b, until);
+      {
+        std::lock_guard gate(gate_);
+        t_.send(opt_.coordinator, notice(step, ready_kind), {}, decision_until);
+      }
+      // Not under the gate: this rank's service thread may have to answer a late rank meanwhile,
+      // and that late rank may be the one the next decision waits for.
+      d = remote_decision(step, decision_until, ctx);
     }
-    // The coordinator fails a step `timeout` after its first ready notice; waiting twice as long
-    // for the decision leaves room for that verdict to arrive (only a lost coordinator runs out).
-    const decision d = wait_decision(step, until + opt_.timeout, ctx);
     rep.agree = weft::comm::clock_type::now() - start;
-    until = weft::comm::clock_type::now() + opt_.timeout;
     expects(d.ok, errc::timeout, ctx, "rank ", rank_, ": step ", step, " found no decodable set within ",
             opt_.timeout.count(), " ms (", d.survivors.size(), " of ", n_, " ranks were ready)");
     rep.survivors = d.survivors;
@@ -151,6 +155,7 @@ class coded_allreduce {
     expects(dec != nullptr, errc::precondition, ctx, "the code cannot decode the agreed survivor set");
     rep.residual = dec->residual;
     const auto reduce_start = weft::comm::clock_type::now();
+    const auto until = reduce_start + opt_.timeout;
     const auto pos = std::find(d.survivors.begin(), d.survivors.end(), rank_);
     rep.included = pos != d.survivors.end();
     if (rep.included) {
@@ -161,25 +166,26 @@ class coded_allreduce {
       weft::comm::group_view<T> group(t_, std::move(members));
       weft::comm::options ro = opt_.reduce;
       ro.channel = opt_.channel;
-      ro.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(until - weft::comm::clock_type::now());
-      if (ro.timeout.count() <= 0) ro.timeout = std::chrono::milliseconds(1);
-      weft::comm::allreduce(group, out, weft::op::sum{}, ro);
-      if (opt_.forward_to_excluded && d.survivors.front() == rank_ && d.survivors.size() < n_) forward(step, out, d);
+      ro.timeout = opt_.timeout;
+      {
+        std::lock_guard gate(gate_);
+        weft::comm::allreduce(group, out, weft::op::sum{}, ro);
+      }
+      if (opt_.forward_to_excluded && d.survivors.front() == rank_ && d.survivors.size() < n_) keep(step, out, d);
     } else if (opt_.forward_to_excluded) {
-      std::vector<std::byte> buf(sizeof step + dim_ * sizeof(float));
-      t_.recv(static_cast<int>(d.survivors.front()), tag(forward_channel(), check_forward), buf, until);
-      std::uint64_t got = 0;
-      std::memcpy(&got, buf.data(), sizeof got);
-      expects(got == step, errc::mismatch, ctx, "rank ", rank_, " expected the result of step ", step, " from rank ",
-              d.survivors.front(), " but received step ", got);
-      std::memcpy(out.data(), buf.data() + sizeof step, dim_ * sizeof(float));
+      fetch(step, static_cast<int>(d.survivors.front()), out, until, ctx);
     }
     rep.reduce = weft::comm::clock_type::now() - reduce_start;
     return rep;
   }
 
  private:
-  static constexpr std::uint32_t check_ready = 0x52454459u, check_decision = 0x44454349u, check_forward = 0x46575244u;
+  static constexpr std::uint32_t check_notice = 0x4e4f5449u, check_decision = 0x44454349u, check_forward = 0x46575244u;
+  static constexpr std::uint32_t ready_kind = 0, pull_kind = 1, coming_kind = 2;
+  static constexpr std::uint64_t notice_period = std::uint64_t{1} << 20;  // step channels wrap after this
+  static constexpr auto sweep = std::chrono::microseconds(500);           // the service thread's polling period
+  static constexpr auto spin = std::chrono::microseconds(200);            // the caller's, waiting for a notice
+
   struct decision {
     bool ok = false;
     std::vector<std::size_t> survivors;  // ok: F; failed: the ranks that were ready
@@ -189,18 +195,30 @@ class coded_allreduce {
     std::size_t count = 0;
     weft::comm::clock_type::time_point first{};
   };
-  struct forward_job {
-    int peer;
-    std::shared_ptr<const std::vector<std::byte>> bytes;
-    weft::comm::deadline until;
+  struct kept_result {
+    std::shared_ptr<const std::vector<std::byte>> bytes;  // the decoded gradient
+    weft::comm::deadline expires;
   };
 
   bool is_coordinator() const noexcept { return rank_ == static_cast<std::size_t>(opt_.coordinator); }
-  static weft::comm::msg_tag tag(std::uint32_t channel, std::uint32_t check) { return {channel, check}; }
-  std::uint32_t decision_channel() const noexcept { return opt_.channel + 1; }
-  std::uint32_t forward_channel() const noexcept { return opt_.channel + 2; }
-  std::uint32_t ready_channel(std::size_t r) const noexcept { return opt_.channel + 3 + static_cast<std::uint32_t>(r); }
+  weft::comm::msg_tag notice(std::uint64_t step, std::uint32_t kind) const noexcept {
+    return {opt_.channel + 8 + 3 * static_cast<std::uint32_t>(step % notice_period) + kind, check_notice};
+  }
+  weft::comm::msg_tag decision_tag() const noexcept { return {opt_.channel + 1, check_decision}; }
+  weft::comm::msg_tag forward_tag() const noexcept { return {opt_.channel + 2, check_forward}; }
   std::size_t decision_bytes() const noexcept { return 2 * sizeof(std::uint64_t) + words_ * sizeof(std::uint64_t); }
+
+  // A zero-byte notice received at once, or false. A zero-byte message is whole once its header
+  // is, so giving up right away never loses part of one.
+  bool try_notice(int peer, weft::comm::msg_tag tg) {
+    try {
+      t_.recv(peer, tg, {}, weft::comm::clock_type::now());
+      return true;
+    } catch (const weft::error& e) {
+      if (e.code() == errc::timeout) return false;
+      throw;
+    }
+  }
 
   // --- coordinator ---------------------------------------------------------------------------
 
@@ -221,68 +239,42 @@ class coded_allreduce {
     cv_.notify_all();
   }
 
-  // Receives ready notices of rank q. A failed link ends the thread: q is never ready again.
-  void pump(std::size_t q) {
-    std::array<std::byte, sizeof(std::uint64_t)> b;
-    for (;;) {
-      {
-        std::lock_guard lock(mu_);
-        if (stop_) return;
-      }
-      try {
-        t_.recv(static_cast<int>(q), tag(ready_channel(q), check_ready), b, weft::comm::clock_type::now() + opt_.poll);
-      } catch (const weft::error& e) {
-        if (e.code() == errc::timeout) continue;
-        return;
-      }
-      std::uint64_t step = 0;
-      std::memcpy(&step, b.data(), sizeof step);
-      mark_ready(step, q);
-    }
-  }
-
-  // Decides steps in increasing order: at once when every rank is ready, after `patience` from the
-  // first ready notice when the ready set decodes, as a failure after `timeout`.
-  void decide_loop() {
+  decision local_decision(std::uint64_t step, weft::comm::deadline until, const char* ctx) {
     std::unique_lock lock(mu_);
-    while (!stop_) {
-      auto next_wake = weft::comm::clock_type::now() + opt_.poll;
-      while (!steps_.empty()) {
-        auto it = steps_.begin();
-        const std::uint64_t step = it->first;
-        step_state& s = it->second;
-        const auto now = weft::comm::clock_type::now();
-        std::vector<std::size_t> ready;
-        for (std::size_t w = 0; w < n_; ++w)
-          if (s.ready[w]) ready.push_back(w);
-        decision d;
-        bool decide = false;
-        if (s.count == n_ || now >= s.first + opt_.patience) {
-          if (code_.try_decoder(ready) != nullptr) {
-            d.ok = true;
-            decide = true;
-          }
-        }
-        if (!decide && now >= s.first + opt_.timeout) decide = true;  // d.ok stays false
-        if (!decide) {
-          next_wake = std::min(next_wake, s.count == n_ || now >= s.first + opt_.patience ? s.first + opt_.timeout
-                                                                                          : s.first + opt_.patience);
-          break;
-        }
-        d.survivors = std::move(ready);
-        steps_.erase(it);
-        decided_through_ = step;
-        local_.emplace(step, d);
-        lock.unlock();
-        cv_.notify_all();
-        broadcast_decision(step, d);
-        lock.lock();
-      }
-      cv_.wait_until(lock, next_wake);
-    }
+    const bool got = cv_.wait_until(lock, until, [&] { return local_.count(step) > 0; });
+    expects(got, errc::timeout, ctx, "rank ", rank_, ": no decision for step ", step, " within ",
+            2 * opt_.timeout.count(), " ms");
+    decision d = std::move(local_.at(step));
+    local_.erase(step);
+    return d;
   }
 
-  void broadcast_decision(std::uint64_t step, const decision& d) {
+  // Decides the next step: at once when every rank is ready, `patience` after the first ready
+  // notice when the ready set decodes, as a failure `timeout` after it. mu_ held.
+  std::optional<std::pair<std::uint64_t, decision>> decide() {
+    const std::uint64_t step = decided_through_ ? *decided_through_ + 1 : 0;
+    auto it = steps_.find(step);
+    if (it == steps_.end()) return std::nullopt;
+    step_state& s = it->second;
+    const auto now = weft::comm::clock_type::now();
+    std::vector<std::size_t> ready;
+    for (std::size_t w = 0; w < n_; ++w)
+      if (s.ready[w]) ready.push_back(w);
+    decision d;
+    bool decided = false;
+    if ((s.count == n_ || now >= s.first + opt_.patience) && code_.try_decoder(ready) != nullptr) d.ok = decided = true;
+    if (!decided && now >= s.first + opt_.timeout) decided = true;  // a failure: d.ok stays false
+    if (!decided) return std::nullopt;
+    for (std::size_t w = 0; w < n_; ++w)
+      if (!s.ready[w]) stale_.emplace_back(w, step);  // its ready notice is still to come: drain it
+    d.survivors = std::move(ready);
+    decided_through_ = step;
+    local_.emplace(step, d);
+    steps_.erase(it);
+    return std::make_pair(step, std::move(d));
+  }
+
+  void broadcast(std::uint64_t step, const decision& d) {
     std::vector<std::byte> buf(decision_bytes(), std::byte{0});
     const std::uint64_t ok = d.ok ? 1 : 0;
     std::vector<std::uint64_t> bits(words_, 0);
@@ -293,28 +285,45 @@ class coded_allreduce {
     for (std::size_t q = 0; q < n_; ++q) {
       if (q == rank_) continue;
       try {
-        t_.send(static_cast<int>(q), tag(decision_channel(), check_decision), buf,
-                weft::comm::clock_type::now() + opt_.timeout);
+        t_.send(static_cast<int>(q), decision_tag(), buf, weft::comm::clock_type::now() + opt_.timeout);
       } catch (const weft::error&) {
         // A rank that is gone cannot be told; the others still are.
       }
     }
   }
 
+  // Ready notices of the step being decided, and late ones of decided steps (drained so they never
+  // pile up). Under the gate.
+  void poll_ready() {
+    std::uint64_t step;
+    {
+      std::lock_guard lock(mu_);
+      step = decided_through_ ? *decided_through_ + 1 : 0;
+    }
+    for (std::size_t q = 0; q < n_; ++q) {
+      if (q == rank_ || dead_[q]) continue;
+      try {
+        if (try_notice(static_cast<int>(q), notice(step, ready_kind))) mark_ready(step, q);
+      } catch (const weft::error&) {
+        dead_[q] = 1;  // a failed link: q is never ready again
+      }
+    }
+    for (auto it = stale_.begin(); it != stale_.end();) {
+      bool drop = it->first == rank_ || dead_[it->first] != 0;
+      try {
+        drop = drop || try_notice(static_cast<int>(it->first), notice(it->second, ready_kind));
+      } catch (const weft::error&) {
+        drop = true;
+      }
+      it = drop ? stale_.erase(it) : std::next(it);
+    }
+  }
+
   // --- every rank ----------------------------------------------------------------------------
 
-  decision wait_decision(std::uint64_t step, weft::comm::deadline until, const char* ctx) {
-    if (is_coordinator()) {
-      std::unique_lock lock(mu_);
-      const bool got = cv_.wait_until(lock, until, [&] { return local_.count(step) > 0; });
-      expects(got, errc::timeout, ctx, "rank ", rank_, ": no decision for step ", step, " within ",
-              2 * opt_.timeout.count(), " ms");
-      decision d = std::move(local_.at(step));
-      local_.erase(step);
-      return d;
-    }
+  decision remote_decision(std::uint64_t step, weft::comm::deadline until, const char* ctx) {
     std::vector<std::byte> buf(decision_bytes());
-    t_.recv(opt_.coordinator, tag(decision_channel(), check_decision), buf, until);
+    t_.recv(opt_.coordinator, decision_tag(), buf, until);
     std::uint64_t got = 0, ok = 0;
     std::memcpy(&got, buf.data(), sizeof got);
     std::memcpy(&ok, buf.data() + sizeof got, sizeof ok);
@@ -330,35 +339,119 @@ class coded_allreduce {
     return d;
   }
 
-  // Queues the result for every excluded rank on the forwarder thread.
-  void forward(std::uint64_t step, std::span<const float> out, const decision& d) {
-    auto bytes = std::make_shared<std::vector<std::byte>>(sizeof step + dim_ * sizeof(float));
-    std::memcpy(bytes->data(), &step, sizeof step);
-    std::memcpy(bytes->data() + sizeof step, out.data(), dim_ * sizeof(float));
+  // An excluded rank asks the first survivor for the result and polls for the notice that it is
+  // coming (releasing the gate in between, so this rank's service thread keeps working: when this
+  // rank coordinates, the survivor's caller may be waiting for its next decision), then receives it.
+  void fetch(std::uint64_t step, int first, std::span<float> out, weft::comm::deadline until, const char* ctx) {
+    {
+      std::lock_guard gate(gate_);
+      t_.send(first, notice(step, pull_kind), {}, until);
+    }
+    for (;;) {
+      {
+        std::lock_guard gate(gate_);
+        if (try_notice(first, notice(step, coming_kind))) {
+          t_.recv(first, forward_tag(), std::as_writable_bytes(out), weft::comm::clock_type::now() + opt_.timeout);
+          return;
+        }
+      }
+      expects(weft::comm::clock_type::now() < until + opt_.timeout, errc::timeout, ctx, "rank ", rank_,
+              ": the result of step ", step, " did not come from rank ", first, " in time");
+      std::this_thread::sleep_for(spin);
+    }
+  }
+
+  // The first survivor keeps the result for each excluded rank until it asks (or the timeout).
+  void keep(std::uint64_t step, std::span<const float> out, const decision& d) {
+    auto bytes = std::make_shared<std::vector<std::byte>>(dim_ * sizeof(float));
+    std::memcpy(bytes->data(), out.data(), dim_ * sizeof(float));
     {
       std::lock_guard lock(mu_);
       for (std::size_t q = 0; q < n_; ++q)
         if (!std::binary_search(d.survivors.begin(), d.survivors.end(), q))
-          forwards_.push_back({static_cast<int>(q), bytes, weft::comm::clock_type::now() + opt_.timeout});
-      if (!forwarder_.joinable()) forwarder_ = std::thread([this] { forward_loop(); });
+          kept_[q].emplace(step, kept_result{bytes, weft::comm::clock_type::now() + 2 * opt_.timeout});
     }
     cv_.notify_all();
   }
 
-  void forward_loop() {
+  // Answers rank q's requests for kept results: the notice, then the result (q is reading now).
+  // Under the gate.
+  void answer(std::size_t q, const std::vector<std::uint64_t>& steps) {
+    for (std::uint64_t step : steps) {
+      try {
+        if (!try_notice(static_cast<int>(q), notice(step, pull_kind))) continue;
+        std::shared_ptr<const std::vector<std::byte>> bytes;
+        {
+          std::lock_guard lock(mu_);
+          if (auto it = kept_.find(q); it != kept_.end()) {
+            if (auto k = it->second.find(step); k != it->second.end()) {
+              bytes = k->second.bytes;
+              it->second.erase(k);
+            }
+            if (it->second.empty()) kept_.erase(it);
+          }
+        }
+        if (!bytes) continue;
+        const auto until = weft::comm::clock_type::now() + opt_.timeout;
+        t_.send(static_cast<int>(q), notice(step, coming_kind), {}, until);
+        t_.send(static_cast<int>(q), forward_tag(), *bytes, until);
+      } catch (const weft::error&) {
+        std::lock_guard lock(mu_);
+        kept_.erase(q);  // gone or stuck: it reports its own timeout
+        break;
+      }
+    }
+    cv_.notify_all();  // the destructor may wait for kept_ to empty
+  }
+
+  // The service thread. Every transport call under the gate.
+  void serve() {
     std::unique_lock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !forwards_.empty(); });
-      if (forwards_.empty()) return;  // stopping, and nothing left to send
-      forward_job job = std::move(forwards_.front());
-      forwards_.pop_front();
+      const auto now = weft::comm::clock_type::now();
+      bool dropped = false;
+      for (auto it = kept_.begin(); it != kept_.end();) {  // drop results nobody asked for in time
+        for (auto k = it->second.begin(); k != it->second.end();)
+          if (k->second.expires < now) {
+            k = it->second.erase(k);
+            dropped = true;
+          } else {
+            ++k;
+          }
+        it = it->second.empty() ? kept_.erase(it) : std::next(it);
+      }
+      if (dropped) cv_.notify_all();
+      if (stop_) return;
+      const bool coordinating = is_coordinator();
+      if (!coordinating && kept_.empty()) {
+        cv_.wait(lock, [&] { return stop_ || !kept_.empty(); });
+        continue;
+      }
+      std::vector<std::pair<std::size_t, std::vector<std::uint64_t>>> owed;
+      for (const auto& [q, results] : kept_) {
+        owed.emplace_back(q, std::vector<std::uint64_t>{});
+        for (const auto& r : results) owed.back().second.push_back(r.first);
+      }
       lock.unlock();
-      try {
-        t_.send(job.peer, tag(forward_channel(), check_forward), *job.bytes, job.until);
-      } catch (const weft::error&) {
-        // The excluded rank is gone or did not read in time; it reports its own timeout.
+      {
+        std::lock_guard gate(gate_);
+        if (coordinating) poll_ready();
+        for (const auto& [q, steps] : owed) answer(q, steps);
+        if (coordinating) {
+          for (;;) {
+            std::optional<std::pair<std::uint64_t, decision>> decided;
+            {
+              std::lock_guard l(mu_);
+              decided = decide();
+            }
+            if (!decided) break;
+            cv_.notify_all();
+            broadcast(decided->first, decided->second);
+          }
+        }
       }
       lock.lock();
+      cv_.wait_for(lock, sweep);  // a local ready notice or stop wakes it sooner
     }
   }
 
@@ -367,17 +460,18 @@ class coded_allreduce {
   std::size_t dim_;
   coded_allreduce_options opt_;
   std::size_t n_ = 0, rank_ = 0, words_ = 0;
-  std::optional<std::uint64_t> last_step_;  // the caller's last step
+  std::uint64_t next_step_ = 0;  // the caller's
+  std::mutex gate_;              // held around every transport call of this object
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                             // guarded by mu_
-  std::map<std::uint64_t, step_state> steps_;     // coordinator: undecided steps, guarded by mu_
-  std::optional<std::uint64_t> decided_through_;  // coordinator: every step up to this is decided
-  std::map<std::uint64_t, decision> local_;       // coordinator: decisions its own caller has not taken
-  std::deque<forward_job> forwards_;              // guarded by mu_
-  std::vector<std::thread> pumps_;
-  std::thread decider_;
-  std::thread forwarder_;
+  bool stop_ = false;                                                 // guarded by mu_
+  std::map<std::uint64_t, step_state> steps_;                         // coordinator: undecided steps
+  std::optional<std::uint64_t> decided_through_;                      // coordinator: decided up to here
+  std::map<std::uint64_t, decision> local_;                           // coordinator: decisions for its caller
+  std::map<std::size_t, std::map<std::uint64_t, kept_result>> kept_;  // results kept for excluded ranks
+  std::vector<char> dead_;                                            // service thread only: failed links
+  std::vector<std::pair<std::size_t, std::uint64_t>> stale_;          // service thread only: notices to drain
+  std::thread service_;
 };
 
 }  // namespace weft::coding
