@@ -51,11 +51,13 @@ double timed(wc::tcp_transport& t, const std::vector<char>& who, Fn&& fn) {
   return *std::max_element(all.begin(), all.end());
 }
 
-void body(wc::tcp_transport& t, int reps, std::FILE* out) {
+// t: the plain allreduce and the timing collectives; coded_t: the coded group's own transport (it
+// needs one to itself), the same kind of connections over the same ranks.
+void body(wc::tcp_transport& t, wc::tcp_transport& coded_t, int reps, std::FILE* out) {
   const auto code = hybrid_repetition(n, 1);  // groups {0,1}, {2,3}: any 3 decode
   coded_allreduce_options opt;
   opt.patience = milliseconds(5);
-  coded_allreduce<wc::tcp_transport, linear_code> group(t, code, dim, opt);
+  coded_allreduce<wc::tcp_transport, linear_code> group(coded_t, code, dim, opt);
   std::vector<float> msg(dim, 1.0f + static_cast<float>(t.rank())), buf(dim), out_buf(dim);
   const std::vector<char> everyone(n, 1), survivors{1, 1, 1, 0};
   const int late = n - 1;
@@ -117,10 +119,11 @@ int main(int argc, char** argv) {
       [&](int rank) {
         wc::tcp_options o;
         o.bind = "127.0.0.1";
-        wc::tcp_transport t(rank, n, wc::tcp_rendezvous::file_store(store.string()), o);
+        wc::tcp_transport t(rank, n, wc::tcp_rendezvous::file_store((store / "plain").string()), o);
+        wc::tcp_transport coded_t(rank, n, wc::tcp_rendezvous::file_store((store / "coded").string()), o);
         std::FILE* out = rank == 0 ? std::fopen(csv.c_str(), "w") : nullptr;
         if (out) std::fprintf(out, "config,rep,seconds,peer,peer_seconds\n");
-        body(t, reps, out);
+        body(t, coded_t, reps, out);
         if (out) std::fclose(out);
       },
       minutes(5));

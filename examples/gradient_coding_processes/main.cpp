@@ -162,12 +162,14 @@ double error_vs_uncoded(const std::vector<partition>& data, const std::vector<fl
   return std::sqrt(num / den);
 }
 
-// --allreduce: every rank is a worker and a replica of the model.
-void replica(wc::tcp_transport& t, const linear_code& code, const std::vector<partition>& data) {
+// --allreduce: every rank is a worker and a replica of the model. The coded group gets a transport
+// of its own (coded_t); t carries this program's other collectives (a barrier, a final check).
+void replica(wc::tcp_transport& t, wc::tcp_transport& coded_t, const linear_code& code,
+             const std::vector<partition>& data) {
   const auto me = static_cast<std::size_t>(t.rank());
   coded_allreduce_options opt;
   opt.patience = milliseconds(20);  // after the first worker is ready, wait 20 ms for the rest
-  coded_allreduce<wc::tcp_transport, linear_code> group(t, code, dim, opt);
+  coded_allreduce<wc::tcp_transport, linear_code> group(coded_t, code, dim, opt);
   std::vector<float> w(dim, 0.0f);
   if (me == 0) std::printf("%4s  %-8s %9s  %-14s %9s\n", "step", "slowed", "time ms", "decoded from", "rel.err");
   double total = 0, worst = 0;
@@ -217,6 +219,8 @@ int main(int argc, char** argv) {
   const auto store =
       std::filesystem::temp_directory_path() / ("weft-gradient-coding-example-" + std::to_string(::getpid()));
   std::filesystem::remove_all(store);
+  std::filesystem::create_directories(store / "main");
+  std::filesystem::create_directories(store / "coded");
   const auto code = cyclic_repetition(n, s);
   const int ranks = static_cast<int>(allreduce_mode ? n : n + 1);
   if (allreduce_mode)
@@ -228,14 +232,16 @@ int main(int argc, char** argv) {
   const auto result = wc::fork_ranks(ranks, [&](int rank) {
     wc::tcp_options opt;
     opt.bind = "127.0.0.1";
-    wc::tcp_transport t(rank, ranks, wc::tcp_rendezvous::file_store(store.string()), opt);
+    wc::tcp_transport t(rank, ranks, wc::tcp_rendezvous::file_store((store / "main").string()), opt);
     const auto data = make_data();
-    if (allreduce_mode)
-      replica(t, code, data);
-    else if (rank == 0)
+    if (allreduce_mode) {
+      wc::tcp_transport coded_t(rank, ranks, wc::tcp_rendezvous::file_store((store / "coded").string()), opt);
+      replica(t, coded_t, code, data);
+    } else if (rank == 0) {
       master(t, code, data);
-    else
+    } else {
       worker(t, static_cast<std::size_t>(rank - 1), code, data);
+    }
   });
   std::filesystem::remove_all(store);
   if (!result.ok()) {

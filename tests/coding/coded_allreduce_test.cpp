@@ -215,13 +215,16 @@ TEST_CASE("coded allreduce: bad arguments and no decodable set are clear errors"
 }
 
 namespace {
-// In a forked process: run the steps, then check the guarantees across ranks with plain collectives
-// (allgather of survivors and of the outputs' bits). Throws (the process exits 1) when one fails.
+// In a forked process: run the steps on `t` (the coded group's own transport), then check the
+// guarantees across ranks with plain collectives on `check` (a second transport over the same
+// ranks): allgather of survivors and of the outputs' bits. Throws (the process exits 1) when one
+// fails.
 template <class T>
-void process_body(T& t, const linear_code& code, int late) {
+void process_body(T& t, T& check, const linear_code& code, int late) {
   const std::size_t steps = 3;
   coded_allreduce_options opt;
   opt.patience = 5ms;
+  opt.timeout = 10s;  // errors surface well before fork_ranks' limit
   coded_allreduce<T, linear_code> group(t, code, dim, opt);
   const auto r = static_cast<std::size_t>(t.rank());
   const int p = t.size();
@@ -232,17 +235,17 @@ void process_body(T& t, const linear_code& code, int late) {
     std::vector<float> out(dim, -1.0f);
     coded_allreduce_report rep;
     if (t.rank() == late) {
-      wc::barrier(t);
+      wc::barrier(check);
       rep = group.reduce(msg, out);
     } else {
       rep = group.reduce(msg, out);
-      wc::barrier(t);
+      wc::barrier(check);
     }
     std::vector<std::int64_t> mine(1, 0), everyone(static_cast<std::size_t>(p));
     for (std::size_t w : rep.survivors) mine[0] |= std::int64_t{1} << w;
-    wc::allgather(t, std::span<const std::int64_t>(mine), std::span<std::int64_t>(everyone));
+    wc::allgather(check, std::span<const std::int64_t>(mine), std::span<std::int64_t>(everyone));
     std::vector<float> outs(dim * static_cast<std::size_t>(p));
-    wc::allgather(t, std::span<const float>(out), std::span<float>(outs));
+    wc::allgather(check, std::span<const float>(out), std::span<float>(outs));
     for (int q = 0; q < p; ++q) {
       weft::expects(everyone[static_cast<std::size_t>(q)] == mine[0], weft::errc::mismatch, "test", "rank ", q,
                     " has another survivor set");
@@ -260,18 +263,20 @@ TEST_CASE("coded allreduce over shm and tcp in forked processes, with a late ran
   const auto code = hybrid_repetition(4, 1);
   const std::string shm_name = "/weft-coded-allreduce-" + std::to_string(::getpid());
   auto shm = wc::fork_ranks(4, [&](int r) {
-    wc::shm_transport t(shm_name, r, 4);
-    process_body(t, code, 3);
+    wc::shm_transport t(shm_name, r, 4), check(shm_name + "-check", r, 4);
+    process_body(t, check, code, 3);
   });
   CHECK(shm.ok());
   const auto dir = std::filesystem::temp_directory_path() / ("weft-coded-allreduce-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(dir / "coded");
+  std::filesystem::create_directories(dir / "check");
   auto tcp = wc::fork_ranks(4, [&](int r) {
     wc::tcp_options o;
     o.bind = "127.0.0.1";
-    wc::tcp_transport t(r, 4, wc::tcp_rendezvous::file_store(dir.string()), o);
-    process_body(t, code, 1);
+    wc::tcp_transport t(r, 4, wc::tcp_rendezvous::file_store((dir / "coded").string()), o);
+    wc::tcp_transport check(r, 4, wc::tcp_rendezvous::file_store((dir / "check").string()), o);
+    process_body(t, check, code, 1);
   });
   std::filesystem::remove_all(dir);
   CHECK(tcp.ok());

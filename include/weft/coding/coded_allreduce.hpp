@@ -77,8 +77,11 @@ struct coded_allreduce_report {
 /// receives that return at once can never cut a message in half. The service thread polls every
 /// 0.5 ms while it coordinates or holds results and sleeps otherwise. The destructor first waits
 /// until the ranks it holds results for have asked for them (a result is dropped 2 x timeout after
-/// its step), then joins. The transport must outlive the object. reduce: O(dim) plus the allreduce
-/// over |F| ranks, one decoder lookup and two small messages (ready, decision).
+/// its step), then joins. The object needs the transport to itself while it lives: on weft::comm's
+/// byte-stream transports (shm, tcp) a receive that gives up at its deadline can lose a message
+/// that another thread's receive completed for it in the same instant, so run your other
+/// collectives on a second transport over the same ranks. The transport must outlive the object.
+/// reduce: O(dim) plus the allreduce over |F| ranks, one decoder lookup and two small messages.
 template <weft::comm::concurrent_transport T, gradient_code Code>
 class coded_allreduce {
  public:
