@@ -85,7 +85,11 @@ TEST_CASE("quantized_matrix: bad arguments are rejected with a message naming th
   };
   fails([&] { (void)M::from_codes(2, 32, {5, 32, true}, codes, one); }, "bits = 5");
   fails([&] { (void)M::from_codes(2, 32, {4, 48, true}, codes, one); }, "group_size = 48");
-  fails([&] { (void)M::from_codes(2, 31, {4, 32, true}, codes, one); }, "codes has 64 elements but N x K = 62");
+  fails(
+      [&] {
+        (void)M::from_codes(2, 31, {4, 32, true}, codes, one);
+      },
+      "codes has 64 elements but N x K = 2 x 31 = 62");
   fails(
       [&] {
         (void)M::from_codes(1, 64, {4, 32, true}, codes, std::vector<weft::half>(3, weft::half(1.0f)));
