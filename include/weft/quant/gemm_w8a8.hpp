@@ -8,6 +8,7 @@
 #include <weft/quant/cpu_features.hpp>
 #include <weft/quant/detail/w8_kernels.hpp>
 #include <weft/quant/format.hpp>
+#include <weft/quant/quantized_activations.hpp>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -20,38 +21,6 @@
 #include <vector>
 
 namespace weft::quant {
-
-/// Activations quantized per row: x[m][k] ~ values[m][k] * scales[m]. A plain value.
-struct quantized_activations {
-  std::int64_t rows = 0, cols = 0;
-  std::vector<std::int8_t> values;  ///< rows x cols, row-major
-  std::vector<float> scales;        ///< one per row
-};
-
-/// Per-row symmetric int8 quantization of an M x K fp32 matrix: scale = max|x| / 127, values
-/// rounded to nearest. Throws weft::error on a size mismatch or a non-finite value. O(M K).
-inline quantized_activations quantize_activations(std::span<const float> x, std::int64_t m, std::int64_t k) {
-  constexpr const char* where = "weft::quant::quantize_activations";
-  expects(m > 0 && k > 0, errc::invalid_argument, where, "shape ", m, " x ", k, " must be positive");
-  expects(x.size() == static_cast<std::size_t>(m * k), errc::invalid_argument, where, "input has ", x.size(),
-          " elements but M x K = ", m * k);
-  quantized_activations q{m, k, std::vector<std::int8_t>(x.size()), std::vector<float>(static_cast<std::size_t>(m))};
-  for (std::int64_t r = 0; r < m; ++r) {
-    float amax = 0.0f;
-    for (std::int64_t i = 0; i < k; ++i) {
-      const float v = x[static_cast<std::size_t>(r * k + i)];
-      expects(std::isfinite(v), errc::invalid_argument, where, "x[", r, "][", i, "] = ", v, " is not finite");
-      amax = std::max(amax, std::fabs(v));
-    }
-    const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
-    q.scales[static_cast<std::size_t>(r)] = scale;
-    for (std::int64_t i = 0; i < k; ++i) {
-      const float c = std::nearbyint(x[static_cast<std::size_t>(r * k + i)] / scale);
-      q.values[static_cast<std::size_t>(r * k + i)] = static_cast<std::int8_t>(std::clamp(c, -127.0f, 127.0f));
-    }
-  }
-  return q;
-}
 
 /// The paths the W8A8 kernels have, best last.
 inline constexpr isa w8a8_paths[] = {isa::portable, isa::avx2, isa::avx512_vnni, isa::amx_int8};
