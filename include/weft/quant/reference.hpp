@@ -6,6 +6,7 @@
 #include <weft/quant/concepts.hpp>
 #include <weft/quant/format.hpp>
 #include <weft/quant/quantized_activations.hpp>
+#include <weft/quant/sparse24_matrix.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -19,6 +20,23 @@ namespace weft::quant {
 /// Thread-safe.
 template <scale_value Scale, activation_value Act>
 std::vector<float> reference_gemm(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int64_t m) {
+  expects(m > 0 && x.size() == static_cast<std::size_t>(m * w.cols()), errc::invalid_argument,
+          "weft::quant::reference_gemm", "activations have ", x.size(), " elements but M x K = ", m, " x ", w.cols());
+  std::vector<float> y(static_cast<std::size_t>(m * w.rows()));
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t n = 0; n < w.rows(); ++n) {
+      float s = 0.0f;
+      for (std::int64_t k = 0; k < w.cols(); ++k)
+        s += w.value(n, k) * static_cast<float>(x[static_cast<std::size_t>(r * w.cols() + k)]);
+      y[static_cast<std::size_t>(r * w.rows() + n)] = s;
+    }
+  return y;
+}
+
+/// Y = X * W^T for 2:4 sparse weights, element by element (pruned weights are 0), fp32 sums in k
+/// order. Throws weft::error on a size mismatch. O(M N K). Thread-safe.
+template <scale_value Scale, activation_value Act>
+std::vector<float> reference_gemm(const sparse24_matrix<Scale>& w, std::span<const Act> x, std::int64_t m) {
   expects(m > 0 && x.size() == static_cast<std::size_t>(m * w.cols()), errc::invalid_argument,
           "weft::quant::reference_gemm", "activations have ", x.size(), " elements but M x K = ", m, " x ", w.cols());
   std::vector<float> y(static_cast<std::size_t>(m * w.rows()));
