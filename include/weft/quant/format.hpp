@@ -73,10 +73,6 @@ class quantized_matrix {
             codes.size(), " elements but N x K = ", n, " x ", k, " = ", z.elements);
     expects(scales.size() == cells, errc::invalid_argument, where, "scales has ", scales.size(),
             " elements but N x groups = ", n, " x ", groups, " = ", cells);
-    for (std::size_t i = 0; i < scales.size(); ++i)
-      expects(std::isfinite(static_cast<float>(scales[i])), errc::invalid_argument, where, "scale ", i, " (row ",
-              static_cast<std::int64_t>(i) / groups, ", group ", static_cast<std::int64_t>(i) % groups, ") is ",
-              static_cast<float>(scales[i]), ", not finite");
     expects(zeros.empty() ? scheme.symmetric : zeros.size() == cells, errc::invalid_argument, where, "zeros has ",
             zeros.size(), " elements but N x groups = ", cells, " (zeros may be empty only for a symmetric scheme)");
     const int lo = code_min(scheme.bits), hi = code_max(scheme.bits);
@@ -85,19 +81,46 @@ class quantized_matrix {
               " is outside [", lo, ", ", hi, "] for ", scheme.bits, "-bit weights");
     quantized_matrix m;
     m.init_shape(n, k, scheme, z);
-    m.scales_.assign(scales.begin(), scales.end());
-    if (zeros.empty()) {
-      m.zeros_.assign(cells, static_cast<std::int16_t>(symmetric_zero(scheme.bits)));
-    } else {
-      for (std::size_t i = 0; i < zeros.size(); ++i) {
-        const bool ok = scheme.symmetric ? zeros[i] == symmetric_zero(scheme.bits)
-                                         : zeros[i] >= lo && zeros[i] <= hi + (scheme.bits == 4 ? 1 : 0);
-        expects(ok, errc::out_of_range, where, "zero point ", zeros[i], " at index ", i, " is not valid for a ",
-                scheme.symmetric ? "symmetric " : "asymmetric ", scheme.bits, "-bit scheme");
-      }
-      m.zeros_.assign(zeros.begin(), zeros.end());
-    }
+    m.set_scales_and_zeros(scales, zeros, where);
     m.pack(codes);
+    return m;
+  }
+
+  /// Builds the matrix from weft's own packed layout: `packed`, `scales` and `zeros` as packed(),
+  /// scales() and zeros() return them for a matrix of this shape and scheme (e.g. written to a
+  /// file; zeros may be empty for a symmetric scheme). Every size is checked (with overflow-safe
+  /// arithmetic) against the shape, scales must be finite, zero points valid, and int8 padding
+  /// bytes zero; the int8 row sums are recomputed. Throws weft::error naming the shape and the
+  /// sizes. O(N K).
+  static quantized_matrix from_packed(std::int64_t n, std::int64_t k, quant_scheme scheme,
+                                      std::span<const std::uint8_t> packed, std::span<const Scale> scales,
+                                      std::span<const std::int16_t> zeros = {}) {
+    constexpr const char* where = "weft::quant::quantized_matrix::from_packed";
+    const packed_sizes z = check_scheme(n, k, scheme, where);
+    expects(std::cmp_equal(packed.size(), z.packed_bytes), errc::invalid_argument, where, "packed has ", packed.size(),
+            " bytes but a ", n, " x ", k, " ", scheme.bits, "-bit matrix (K padded to ", z.k_padded,
+            scheme.bits == 8 ? ", N to whole 16-row panels" : "", ") packs into ", z.packed_bytes);
+    expects(std::cmp_equal(scales.size(), z.cells), errc::invalid_argument, where, "scales has ", scales.size(),
+            " elements but N x groups = ", n, " x ", z.groups, " = ", z.cells);
+    expects(zeros.empty() ? scheme.symmetric : std::cmp_equal(zeros.size(), z.cells), errc::invalid_argument, where,
+            "zeros has ", zeros.size(), " elements but N x groups = ", z.cells,
+            " (zeros may be empty only for a symmetric scheme)");
+    quantized_matrix m;
+    m.init_shape(n, k, scheme, z);
+    m.set_scales_and_zeros(scales, zeros, where);
+    m.packed_.assign(packed.begin(), packed.end());
+    if (scheme.bits == 8) {
+      const auto n_pad = round_up(n, int8_panel_rows);
+      m.row_sums_.assign(static_cast<std::size_t>(n_pad), 0);
+      for (std::int64_t r = 0; r < n_pad; ++r)
+        for (std::int64_t i = 0; i < z.k_padded; ++i) {
+          const auto c = static_cast<std::int8_t>(m.packed_[static_cast<std::size_t>(int8_offset(r, i, z.k_padded))]);
+          expects(c == 0 || (r < n && i < k), errc::invalid_argument, where, "padding byte of row ", r, ", input ", i,
+                  " is ", +c, " but must be 0 (the ", n, " x ", k, " matrix is padded to ", n_pad, " x ", z.k_padded,
+                  ")");
+          m.row_sums_[static_cast<std::size_t>(r)] += c;
+        }
+    }
     return m;
   }
 
@@ -192,6 +215,28 @@ class quantized_matrix {
       return std::bit_cast<std::uint32_t>(x);
     else
       return x.bits;
+  }
+
+  // Scales must be finite; zeros empty (symmetric: the fixed midpoint) or valid codes (GPTQ v1's
+  // zero + 1 allows 16 for int4).
+  void set_scales_and_zeros(std::span<const Scale> scales, std::span<const std::int16_t> zeros, const char* where) {
+    for (std::size_t i = 0; i < scales.size(); ++i)
+      expects(std::isfinite(static_cast<float>(scales[i])), errc::invalid_argument, where, "scale ", i, " (row ",
+              static_cast<std::int64_t>(i) / groups_, ", group ", static_cast<std::int64_t>(i) % groups_, ") is ",
+              static_cast<float>(scales[i]), ", not finite");
+    const int lo = code_min(scheme_.bits), hi = code_max(scheme_.bits);
+    if (zeros.empty()) {
+      zeros_.assign(scales.size(), static_cast<std::int16_t>(symmetric_zero(scheme_.bits)));
+    } else {
+      for (std::size_t i = 0; i < zeros.size(); ++i) {
+        const bool ok = scheme_.symmetric ? zeros[i] == symmetric_zero(scheme_.bits)
+                                          : zeros[i] >= lo && zeros[i] <= hi + (scheme_.bits == 4 ? 1 : 0);
+        expects(ok, errc::out_of_range, where, "zero point ", zeros[i], " at index ", i, " is not valid for a ",
+                scheme_.symmetric ? "symmetric " : "asymmetric ", scheme_.bits, "-bit scheme");
+      }
+      zeros_.assign(zeros.begin(), zeros.end());
+    }
+    scales_.assign(scales.begin(), scales.end());
   }
 
   void init_shape(std::int64_t n, std::int64_t k, quant_scheme s, const packed_sizes& z) {
