@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     const auto w = wq::quantize<weft::half>(wf, n, k, {4, 128, true}).weights;
     const double bytes = static_cast<double>(w.weight_bytes()), mib = bytes / 1048576.0;
     const std::string vs_llc = bytes > static_cast<double>(llc) ? "exceeds" : "fits";
-    const int copies = static_cast<int>(std::max<double>(2.0, std::ceil(3.0 * static_cast<double>(llc) / bytes)));
+    const int copies = static_cast<int>(std::max<double>(2.0, std::ceil(4.0 * static_cast<double>(llc) / bytes)));
     std::vector<wq::quantized_matrix<weft::half>> ws(static_cast<std::size_t>(copies), w);
     const auto x = randoms(static_cast<std::size_t>(k), 99);
     std::vector<weft::half> xh(x.begin(), x.end());
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
       // weight plus scales. Rows count the sparse bytes actually read.
       const auto sw = wq::quantize_2_4<weft::half>(wq::prune_2_4(wf, n, k), n, k, {4, 128, true}).weights;
       const double sbytes = static_cast<double>(sw.weight_bytes());
-      const int s_copies = static_cast<int>(std::max<double>(2.0, std::ceil(3.0 * static_cast<double>(llc) / sbytes)));
+      const int s_copies = static_cast<int>(std::max<double>(2.0, std::ceil(4.0 * static_cast<double>(llc) / sbytes)));
       std::vector<wq::sparse24_matrix<weft::half>> sws(static_cast<std::size_t>(s_copies), sw);
       const auto ts = time_runs(reps * 4, [&] {
         wq::gemv_sparse24(sws[static_cast<std::size_t>(next++ % s_copies)], std::span<const weft::bfloat16>(xb),
@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
     // Eigen fp32 on the same shape and residency (dram): row blocks split over the same threads
     // (Eigen's GEMV itself is single-threaded), and one thread. Weights are 4 bytes each.
     const double ebytes = 4.0 * static_cast<double>(n) * static_cast<double>(k);
-    const int e_copies = static_cast<int>(std::max<double>(2.0, std::ceil(3.0 * static_cast<double>(llc) / ebytes)));
+    const int e_copies = static_cast<int>(std::max<double>(2.0, std::ceil(4.0 * static_cast<double>(llc) / ebytes)));
     std::vector<Eigen::MatrixXf> em;
     for (int l = 0; l < e_copies; ++l) em.push_back(Eigen::MatrixXf::Random(n, k) * 0.02f);
     const Eigen::Map<const Eigen::VectorXf> ex(x.data(), k);
@@ -288,33 +288,57 @@ int main(int argc, char** argv) {
     }
 
   // 3. Batch sweep: time(M) / time(1) with weights from DRAM (small batches of a decoder step).
-  std::map<std::string, double> batch1;
+  //    Each repetition times an M = 1 call and an M call back to back, so the ratio is taken under
+  //    the same machine conditions even when they drift during the run.
   for (const auto& s : std::vector<shape>{{4096, 4096, ""}, {14336, 4096, ""}}) {
     const std::int64_t n = s.n, k = s.k;
     const auto w =
         wq::quantize<weft::half>(randoms(static_cast<std::size_t>(n * k), 2, 0.02f), n, k, {4, 128, true}).weights;
     const double bytes = static_cast<double>(w.weight_bytes());
-    const int copies = static_cast<int>(std::max<double>(2.0, std::ceil(3.0 * static_cast<double>(llc) / bytes)));
+    const int copies = static_cast<int>(std::max<double>(2.0, std::ceil(4.0 * static_cast<double>(llc) / bytes)));
     std::vector<wq::quantized_matrix<weft::half>> ws(static_cast<std::size_t>(copies), w);
     int next = 0;
-    for (std::int64_t m : {1, 2, 3, 4, 8}) {
+    const std::string name = shape_name(n, k);
+    const auto x1 = randoms(static_cast<std::size_t>(k), 3);
+    const std::vector<weft::bfloat16> xb1(x1.begin(), x1.end());
+    std::vector<float> y1(static_cast<std::size_t>(n));
+    for (std::int64_t m : {2, 3, 4, 8}) {
       const auto x = randoms(static_cast<std::size_t>(m * k), 3);
       std::vector<weft::bfloat16> xb(x.begin(), x.end());
       std::vector<float> y(static_cast<std::size_t>(m * n));
-      const std::string name = shape_name(n, k);
-      const auto t16 = time_runs(reps * 2, [&] {
-        wq::gemm_w4(ws[static_cast<std::size_t>(next++ % copies)], std::span<const weft::bfloat16>(xb), m,
-                    std::span<float>(y));
-      });
-      const auto t8 = time_runs(reps * 2, [&] {
-        wq::gemm_w4a8(ws[static_cast<std::size_t>(next++ % copies)], std::span<const float>(x), m, std::span<float>(y));
-      });
-      for (auto [impl, t] : {std::pair{"weft_w4a16_bf16", t16}, std::pair{"weft_w4a8", t8}}) {
-        row& r = record(row_of("batch", impl, name, m, bytes / 1048576.0, "", "dram", t), bytes, 2.0 * m * n * k);
-        const std::string key = std::string(impl) + name;
-        if (m == 1) batch1[key] = t.median;
-        r.ratio = t.median / batch1[key];
-        r.ratio_of = "time / time at M = 1";
+      for (bool w4a8 : {false, true}) {
+        const auto call = [&](std::int64_t rows, std::span<const float> xf, std::span<const weft::bfloat16> xbf,
+                              std::span<float> out) {
+          const auto& mat = ws[static_cast<std::size_t>(next++ % copies)];
+          if (w4a8)
+            wq::gemm_w4a8(mat, xf, rows, out);
+          else
+            wq::gemm_w4(mat, xbf, rows, out);
+        };
+        std::vector<double> t1, tm, ratio;
+        for (int rep = 0; rep < reps * 2 + 1; ++rep) {
+          auto start = clock_type::now();
+          call(1, x1, xb1, y1);
+          const double a = std::chrono::duration<double>(clock_type::now() - start).count();
+          start = clock_type::now();
+          call(m, x, xb, y);
+          const double b = std::chrono::duration<double>(clock_type::now() - start).count();
+          if (rep == 0) continue;  // warm-up
+          t1.push_back(a);
+          tm.push_back(b);
+          ratio.push_back(b / a);
+        }
+        std::sort(t1.begin(), t1.end());
+        std::sort(tm.begin(), tm.end());
+        std::sort(ratio.begin(), ratio.end());
+        const stats st{tm[tm.size() / 2], tm.front(), tm.back()};
+        row& r =
+            record(row_of("batch", w4a8 ? "weft_w4a8" : "weft_w4a16_bf16", name, m, bytes / 1048576.0, "", "dram", st),
+                   bytes, 2.0 * m * n * k);
+        r.ratio = ratio[ratio.size() / 2];
+        r.ratio_of = "median of paired time(M) / time(1); min " + std::to_string(ratio.front()) + " max " +
+                     std::to_string(ratio.back()) + "; time(1) median " + std::to_string(t1[t1.size() / 2] * 1e3) +
+                     " ms";
       }
     }
   }
@@ -490,8 +514,8 @@ int main(int argc, char** argv) {
                   r.shape.c_str(), r.impl.c_str(), r.llc.c_str(), r.gbps, r.pct_triad, r.ratio);
   for (const auto& r : rows)
     if (r.bench == "batch")
-      std::printf("  batch %-11s %-16s M=%lld: %.3f ms = %.2fx M = 1\n", r.shape.c_str(), r.impl.c_str(),
-                  static_cast<long long>(r.m), r.t.median * 1e3, r.ratio);
+      std::printf("  batch %-11s %-16s M=%lld: %.3f ms = %.2fx M = 1 (%s)\n", r.shape.c_str(), r.impl.c_str(),
+                  static_cast<long long>(r.m), r.t.median * 1e3, r.ratio, r.ratio_of.c_str());
   for (const auto& [name, t] : w4a8_dram)
     std::printf("  W4A8 vs W4A16 (bf16) GEMV %-11s: %.2fx W4A16's speed\n", name.c_str(), w4_bf16_dram[name] / t);
   for (const auto& [name, t] : sparse_dram)

@@ -43,10 +43,11 @@ for impl in ("weft_w4a16_bf16", "weft_w4a8"):
         pts = [(int(r["m"]), float(r["ratio"])) for r in rows
                if r["bench"] == "batch" and r["impl"] == impl and r["shape"] == shape]
         if pts:
+            pts = [(1, 1.0)] + pts
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{impl} {shape}")
 ax.axhline(1.3, color="gray", linestyle=":", label="1.3x")
 ax.set_xlabel("M (tokens)")
-ax.set_ylabel("time / time at M = 1")
+ax.set_ylabel("time / time at M = 1 (paired runs)")
 ax.set_title("Small batches, weights from DRAM")
 ax.legend(fontsize=7)
 

@@ -8,6 +8,7 @@
 #include <weft/core/error.hpp>
 #include <weft/quant/concepts.hpp>
 #include <weft/quant/cpu_features.hpp>
+#include <weft/quant/detail/aligned_buffer.hpp>
 #include <weft/quant/detail/w4a8_kernels.hpp>
 #include <weft/quant/format.hpp>
 #include <weft/quant/quantized_activations.hpp>
@@ -45,8 +46,8 @@ inline int w4a8_chunk_bytes(isa path, std::int64_t group_size, std::int64_t grou
 
 /// Activations prepared once per call: reordered int8 rows, per-group sums, per-token scales.
 struct w4a8_activations {
-  std::vector<std::int8_t> values;  // m x row_elements, chunk order
-  std::vector<float> sums;          // m x groups
+  aligned_buffer<std::int8_t> values;  // m x row_elements, chunk order; rows 64-byte aligned
+  std::vector<float> sums;             // m x groups
   std::int64_t row_elements = 0;
 };
 
@@ -55,7 +56,7 @@ w4a8_activations prepare_w4a8(const quantized_matrix<Scale>& w, const std::int8_
   const std::int64_t k = w.cols(), groups = w.groups(), gs = w.group_size();
   w4a8_activations p;
   p.row_elements = round_up(w.k_padded(), 2 * chunk_bytes);
-  p.values.assign(static_cast<std::size_t>(m * p.row_elements), 0);
+  p.values = aligned_buffer<std::int8_t>(static_cast<std::size_t>(m * p.row_elements));
   p.sums.assign(static_cast<std::size_t>(m * groups), 0.0f);
   const std::int64_t chunk = 2 * chunk_bytes;
   for (std::int64_t r = 0; r < m; ++r) {
