@@ -106,7 +106,8 @@ void run_w4a8(std::int64_t m, std::int64_t n, std::int64_t k, int group) {
   for (auto& z : zeros) z = static_cast<std::int16_t>(rng() % 16);
   const auto w = wq::quantized_matrix<weft::half>::from_codes(n, k, {4, group, false}, codes, scales, zeros);
   wq::quantized_activations a{m, k, {}, {}};
-  for (std::int64_t i = 0; i < m * k; ++i) a.values.push_back(static_cast<std::int8_t>(static_cast<int>(rng() % 17) - 8));
+  for (std::int64_t i = 0; i < m * k; ++i)
+    a.values.push_back(static_cast<std::int8_t>(static_cast<int>(rng() % 17) - 8));
   a.scales.assign(static_cast<std::size_t>(m), 0.5f);
   const auto ref = wq::reference_gemm_w4a8(w, a);
   auto* da = to_device(a.values);
