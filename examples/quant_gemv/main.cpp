@@ -1,5 +1,6 @@
 // quant_gemv: quantize a layer's weights to int4, load the same layer from GPTQ and AWQ tensors,
-// and run the batch-1 product (GEMV) a decoder step needs, plus an int8 W8A8 product.
+// and run the batch-1 product (GEMV) a decoder step needs, plus int8 W8A8 and W4A8 products and
+// the 2:4 sparse int4 format.
 // Shows a user-written quantizer (clipped absmax) next to weft's own. A few seconds in a debug build.
 #include <weft/quant.hpp>
 
@@ -116,5 +117,29 @@ int main() {
   std::printf("   %lld x %lld x %lld on the %s path: relative error vs fp32 %.2e\n", static_cast<long long>(m),
               static_cast<long long>(n), static_cast<long long>(k), wq::to_string(wq::w8a8_path()).data(),
               std::sqrt(e8 / n8));
+
+  std::printf("\n5. W4A8: the same int4 weights against int8 per-token activations (exact int32 per group)\n");
+  std::vector<float> y48(static_cast<std::size_t>(n));
+  wq::gemv_w4a8(sym.weights, std::span<const float>(x), std::span<float>(y48));
+  double e48 = 0, n48 = 0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    double b = 0;
+    for (std::int64_t c = 0; c < k; ++c)
+      b += double(w[static_cast<std::size_t>(r * k + c)]) * x[static_cast<std::size_t>(c)];
+    e48 += (y48[static_cast<std::size_t>(r)] - b) * (y48[static_cast<std::size_t>(r)] - b);
+    n48 += b * b;
+  }
+  std::printf("   %s path: relative error vs the unquantized fp32 layer %.2e (W4A16 above: %.2e)\n",
+              wq::to_string(wq::w4a8_path()).data(), std::sqrt(e48 / n48), std::sqrt(err_full / norm));
+
+  std::printf("\n6. 2:4 sparsity (Sparse-Marlin's format): prune 2 of every 4 weights, store 3 bits per weight\n");
+  const auto pruned = wq::prune_2_4(w, n, k);
+  const auto sparse = wq::quantize_2_4<weft::half>(pruned, n, k, {4, 128, true});
+  std::vector<float> ys(static_cast<std::size_t>(n));
+  wq::gemv_sparse24(sparse.weights, std::span<const weft::half>(xh), std::span<float>(ys));
+  std::printf(
+      "   packed %.2f MiB vs dense int4 %.2f MiB; quantization error on the kept weights %.4f "
+      "(pruning a dense layer costs more: train or fine-tune 2:4 first)\n",
+      sparse.weights.weight_bytes() / 1048576.0, sym.weights.weight_bytes() / 1048576.0, sparse.error.relative);
   return 0;
 }
