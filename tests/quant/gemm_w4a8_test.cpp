@@ -19,7 +19,7 @@ using namespace weft::quant;
 
 namespace {
 
-std::vector<isa> runnable() {
+std::vector<isa> runnable_w4a8_paths() {
   std::vector<isa> out;
   for (isa p : w4a8_paths)
     if (cpu_features::get().supports(p)) out.push_back(p);
@@ -34,10 +34,6 @@ quantized_activations exact_activations(std::int64_t m, std::int64_t k, std::uin
   for (int e : quant_test::random_ints(static_cast<std::size_t>(m), seed + 1, -4, 2))
     a.scales.push_back(std::ldexp(1.0f, e));
   return a;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 double relative_error(const std::vector<float>& y, const std::vector<double>& ref) {
@@ -94,12 +90,12 @@ TEST_CASE("w4a8: every path is bit-identical to the integer reference on exact i
       const auto w = quant_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(m * n + k));
       const auto a = exact_activations(m, k, static_cast<std::uint64_t>(k + gs), -8, 8);
       const auto ref = reference_gemm_w4a8(w, a);
-      for (isa p : runnable())
+      for (isa p : runnable_w4a8_paths())
         for (bool par : {false, true}) {
           INFO("path " << to_string(p) << " parallel " << par);
           std::vector<float> y(static_cast<std::size_t>(m * n), -1.0f);
           gemm_w4a8(w, a, std::span<float>(y), {p, par});
-          REQUIRE(same_bits(y, ref));
+          REQUIRE(quant_test::same_bits(y, ref));
         }
     }
 }
@@ -112,7 +108,7 @@ TEMPLATE_TEST_CASE("w4a8: full-range int8 activations and every scale type agree
   const auto w = quant_test::exact_matrix<TestType>(n, k, {4, 128, false}, 5);
   const auto a = exact_activations(m, k, 6, -127, 127);
   const auto ref = reference_gemm_w4a8(w, a);
-  for (isa p : runnable()) {
+  for (isa p : runnable_w4a8_paths()) {
     INFO("path " << to_string(p));
     std::vector<float> y(static_cast<std::size_t>(m * n));
     gemm_w4a8(w, a, std::span<float>(y), {p, true});
@@ -156,7 +152,7 @@ TEST_CASE("w4a8: bf16 activations quantize the same as their fp32 values", "[qua
   std::vector<float> yb(static_cast<std::size_t>(m * n)), yf(yb.size());
   gemm_w4a8(w, std::span<const weft::bfloat16>(xb), m, std::span<float>(yb));
   gemm_w4a8(w, std::span<const float>(xf), m, std::span<float>(yf));
-  CHECK(same_bits(yb, yf));
+  CHECK(quant_test::same_bits(yb, yf));
   std::vector<float> y1(static_cast<std::size_t>(n));
   gemv_w4a8(w, std::span<const float>(xf).first(static_cast<std::size_t>(k)), std::span<float>(y1));
   CHECK(std::equal(y1.begin(), y1.end(), yf.begin()));

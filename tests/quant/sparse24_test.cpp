@@ -18,7 +18,7 @@ using namespace weft::quant;
 
 namespace {
 
-std::vector<isa> runnable() {
+std::vector<isa> runnable_sparse24_paths() {
   std::vector<isa> out;
   for (isa p : sparse24_paths)
     if (cpu_features::get().supports(p)) out.push_back(p);
@@ -45,10 +45,6 @@ sparse24_matrix<Scale> exact_sparse(std::int64_t n, std::int64_t k, quant_scheme
     for (int z : quant_test::random_ints(static_cast<std::size_t>(n * groups), seed + 3, 0, 15))
       zeros.push_back(static_cast<std::int16_t>(z));
   return sparse24_matrix<Scale>::from_parts(n, k, s, codes, positions, scales, zeros);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -134,12 +130,12 @@ TEST_CASE("sparse24: every path is bit-identical to the reference on exact input
       for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 3, -8, 8))
         x.push_back(static_cast<float>(v));
       const auto ref = reference_gemm(w, std::span<const float>(x), m);
-      for (isa p : runnable())
+      for (isa p : runnable_sparse24_paths())
         for (bool par : {false, true}) {
           INFO("path " << to_string(p) << " parallel " << par);
           std::vector<float> y(static_cast<std::size_t>(m * n), -1.0f);
           gemm_sparse24(w, std::span<const float>(x), m, std::span<float>(y), {p, par});
-          REQUIRE(same_bits(y, ref));
+          REQUIRE(quant_test::same_bits(y, ref));
         }
     }
 }
@@ -156,7 +152,7 @@ TEST_CASE("sparse24: random inputs match the dense kernel on the same (pruned) w
       for (std::int64_t i = 0; i < k; ++i)
         ref[static_cast<std::size_t>(r * n + c)] +=
             double(s.value(c, i)) * float(xb[static_cast<std::size_t>(r * k + i)]);
-  for (isa p : runnable()) {
+  for (isa p : runnable_sparse24_paths()) {
     std::vector<float> y(static_cast<std::size_t>(m * n));
     gemm_sparse24(s, std::span<const weft::bfloat16>(xb), m, std::span<float>(y), {p, true});
     double err = 0, norm = 0;
