@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     report("lfu_decay", time_cache(lfu_decay_policy{0.999}, slots));
     report("activation_aware", time_cache(activation_aware_policy{}, slots));
     report("least_stale", time_cache(least_stale_policy{}, slots));
-    report("any_eviction_policy(lru)", time_cache(any_eviction_policy(lru_policy{}), slots));
+    report("any_expert_eviction_policy(lru)", time_cache(any_expert_eviction_policy(lru_policy{}), slots));
     const auto future = std::make_shared<const belady_future>(trace.shape(), keys);
     report("belady (offline)", time_cache(belady_policy(future), slots));
   }

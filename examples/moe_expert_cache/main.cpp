@@ -1,7 +1,7 @@
 // weft::moe in one program: an engine's view of the expert cache.
 //  1. The asynchronous load protocol, step by step (lookup -> start_load -> copy -> complete).
 //  2. A user-written eviction policy ("protect the hot set"), plugged in by satisfying
-//     weft::moe::eviction_policy, compared with LRU, activation-aware caching and Belady's optimum
+//     weft::moe::expert_eviction_policy, compared with LRU, activation-aware caching and Belady's optimum
 //     on a generated routing trace, with and without the MoE-Infinity-style prefetcher.
 // Usage: moe_expert_cache [policy]   where policy is lru | lfu | hot_set (default: all)
 #include <weft/moe.hpp>
@@ -57,7 +57,7 @@ class hot_set_policy {
   std::vector<moe::expert_key> candidates_;
   std::uint64_t clock_ = 0;
 };
-static_assert(moe::eviction_policy<hot_set_policy>);
+static_assert(moe::expert_eviction_policy<hot_set_policy>);
 
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
@@ -111,14 +111,14 @@ int main(int argc, char** argv) {
                 static_cast<double>(r.bytes_moved) / (1ull << 30));
   };
   auto config = moe::cache_config::in_slots(trace.shape(), slots, moe::capacity_scope::per_layer, bytes);
-  // Run-time choice through any_eviction_policy; the template parameter works the same way.
-  std::vector<std::pair<std::string, moe::any_eviction_policy>> policies{
+  // Run-time choice through any_expert_eviction_policy; the template parameter works the same way.
+  std::vector<std::pair<std::string, moe::any_expert_eviction_policy>> policies{
       {"lru", moe::lru_policy{}}, {"lfu", moe::lfu_policy{}}, {"hot_set", hot_set_policy{1}}};
   for (auto& [name, policy] : policies) {
     if (!only.empty() && only != name) continue;
-    moe::expert_cache<moe::any_eviction_policy> c(config, policy);
+    moe::expert_cache<moe::any_expert_eviction_policy> c(config, policy);
     show(name.c_str(), moe::replay(trace, c, moe::no_prefetch{}, o));
-    moe::expert_cache<moe::any_eviction_policy> f(config, policy);
+    moe::expert_cache<moe::any_expert_eviction_policy> f(config, policy);
     show((name + " + EAM prefetch").c_str(), moe::replay(trace, f, moe::eam_prefetcher{}, o));
   }
   moe::expert_cache<moe::belady_policy> best(config, moe::belady_policy(future));

@@ -6,7 +6,7 @@
 #include <weft/moe/types.hpp>
 #include <weft/moe/concepts.hpp>
 #include <weft/moe/eviction.hpp>
-#include <weft/moe/any_eviction_policy.hpp>
+#include <weft/moe/any_expert_eviction_policy.hpp>
 #include <weft/moe/expert_cache.hpp>
 #include <weft/moe/prefetch.hpp>
 #include <weft/moe/trace.hpp>

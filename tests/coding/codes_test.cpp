@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 using namespace weft::coding;
@@ -56,16 +58,26 @@ double worst_burst_condition(const linear_code& code) {
 
 TEST_CASE("conditioning: cyclic MDS beats the random construction at n=10, s=4; hybrid beats both at n=40, s=10",
           "[coding][cyclic]") {
+  // The random construction's conditioning depends on its draw, so compare against twelve seeds: the
+  // deterministic codes must beat the typical draw (median) and the random family must contain
+  // badly conditioned members (its worst), which is why the paper replaces it.
+  std::vector<double> rnd10, rnd40;
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    rnd10.push_back(worst_burst_condition(cyclic_repetition(10, 4, cyclic_construction::random, seed)));
+    rnd40.push_back(worst_burst_condition(cyclic_repetition(40, 10, cyclic_construction::random, seed)));
+  }
+  std::sort(rnd10.begin(), rnd10.end());
+  std::sort(rnd40.begin(), rnd40.end());
   const double mds10 = worst_burst_condition(cyclic_repetition(10, 4, cyclic_construction::mds));
-  const double rnd10 = worst_burst_condition(cyclic_repetition(10, 4, cyclic_construction::random, 1));
   CHECK(mds10 < 200);
-  CHECK(rnd10 > 10 * mds10);
+  CHECK(mds10 < rnd10[6]);
+  CHECK(rnd10.back() > 10 * mds10);
   const double mds40 = worst_burst_condition(cyclic_repetition(40, 10, cyclic_construction::mds));
-  const double rnd40 = worst_burst_condition(cyclic_repetition(40, 10, cyclic_construction::random, 1));
   const double hyb40 = worst_burst_condition(hybrid_repetition(40, 10));
   CHECK(hyb40 < 1e3);
   CHECK(mds40 > 100 * hyb40);  // the length-40 real cyclic code is ill-conditioned for bursts
-  CHECK(rnd40 > 100 * hyb40);
+  CHECK(hyb40 < rnd40.front());
+  CHECK(rnd40.back() > 100 * hyb40);
 }
 
 TEST_CASE("hybrid repetition equals FR's structure when (s+1) | n and stays conditioned at n=40, s=10",

@@ -1,5 +1,6 @@
-// Archetypes: the weakest types that satisfy eviction_policy and prefetcher. Instantiating the cache
+// Archetypes: the weakest types that satisfy expert_eviction_policy and prefetcher. Instantiating the cache
 // and the replay with them proves those components use nothing beyond the concepts.
+#include <weft/moe/any_eviction_policy.hpp>
 #include <weft/moe/concepts.hpp>
 #include <weft/moe/expert_cache.hpp>
 #include <weft/moe/replay.hpp>
@@ -8,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 using namespace weft::moe;
@@ -60,9 +62,16 @@ struct prefetcher_archetype {
 
 }  // namespace
 
-static_assert(eviction_policy<policy_archetype>);
+static_assert(expert_eviction_policy<policy_archetype>);
 static_assert(!std::default_initializable<policy_archetype>);
 static_assert(prefetcher<prefetcher_archetype>);
+
+// The names before the kv/moe clash was resolved still work for one release.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static_assert(eviction_policy<policy_archetype> && !eviction_policy<int>);
+static_assert(std::is_same_v<any_eviction_policy, any_expert_eviction_policy>);
+#pragma GCC diagnostic pop
 
 TEST_CASE("the cache runs with the weakest eviction policy (FIFO archetype)", "[moe][archetype]") {
   expert_cache<policy_archetype> c(cache_config::in_slots({1, 4, 1}, 2), policy_archetype(0));

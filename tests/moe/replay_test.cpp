@@ -1,4 +1,4 @@
-#include <weft/moe/any_eviction_policy.hpp>
+#include <weft/moe/any_expert_eviction_policy.hpp>
 #include <weft/moe/eviction.hpp>
 #include <weft/moe/prefetch.hpp>
 #include <weft/moe/replay.hpp>
@@ -20,7 +20,7 @@ routing_trace small_trace(std::uint64_t seed) {
   return generate_trace(p);
 }
 
-std::vector<any_eviction_policy> online_policies() {
+std::vector<any_expert_eviction_policy> online_policies() {
   return {lru_policy{}, lfu_policy{}, lfu_decay_policy{0.99}, activation_aware_policy{}, least_stale_policy{}};
 }
 }  // namespace
@@ -35,8 +35,8 @@ TEST_CASE("Belady is never beaten on generated traces", "[moe][replay][belady]")
         expert_cache<belady_policy> best(cache_config::in_slots(trace.shape(), slots, scope), belady_policy(future));
         const replay_report opt = replay(trace, best);
         CHECK(opt.in_flight_hits == 0);
-        for (const any_eviction_policy& p : online_policies()) {
-          expert_cache<any_eviction_policy> c(cache_config::in_slots(trace.shape(), slots, scope), p);
+        for (const any_expert_eviction_policy& p : online_policies()) {
+          expert_cache<any_expert_eviction_policy> c(cache_config::in_slots(trace.shape(), slots, scope), p);
           const replay_report r = replay(trace, c);
           INFO("seed " << seed << " slots " << slots);
           CHECK(r.hits <= opt.hits);

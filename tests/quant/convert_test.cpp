@@ -28,7 +28,7 @@ std::vector<std::int32_t> random_words(std::size_t count, std::uint64_t seed) {
 
 std::vector<weft::half> random_scales(std::size_t count, std::uint64_t seed) {
   std::vector<weft::half> v;
-  for (float f : quant_test::random_floats(count, seed, 0.001f, 0.1f)) v.push_back(weft::half(f));
+  for (float f : weft_test::random_floats(count, seed, 0.001f, 0.1f)) v.push_back(weft::half(f));
   return v;
 }
 
@@ -163,7 +163,7 @@ TEST_CASE("awq: tensors round-trip losslessly and use nibble order 0,4,1,5,2,6,3
 }
 
 TEST_CASE("awq and gptq describe the same matrix after conversion", "[quant][awq][gptq]") {
-  const auto w = quant_test::exact_matrix<weft::half>(16, 128, {4, 64, false}, 99);
+  const auto w = weft_test::exact_matrix<weft::half>(16, 128, {4, 64, false}, 99);
   const auto via_awq = from_awq(to_awq(w).view());
   CHECK(via_awq == w);
   const auto g = to_gptq(w, {}, gptq_version::v2);
@@ -188,9 +188,9 @@ TEST_CASE("awq: bad tensors are rejected", "[quant][awq]") {
   bad = t;
   bad.scales.resize(8);
   CHECK_THROWS_WITH(from_awq(bad.view()), Catch::Contains("scales has 8 elements"));
-  const auto int8 = quant_test::exact_matrix<weft::half>(8, 64, {8, 32, true}, 1);
+  const auto int8 = weft_test::exact_matrix<weft::half>(8, 64, {8, 32, true}, 1);
   CHECK_THROWS_WITH(to_awq(int8), Catch::Contains("int4"));
-  const auto per_channel = quant_test::exact_matrix<weft::half>(8, 64, {4, 0, true}, 1);
+  const auto per_channel = weft_test::exact_matrix<weft::half>(8, 64, {4, 0, true}, 1);
   CHECK_THROWS_WITH(to_awq(per_channel), Catch::Contains("per-channel"));
 }
 

@@ -147,9 +147,9 @@ static_assert(gemm_tile_shape<archetype_tile>);
 }  // namespace
 
 TEST_CASE("device tiles: the archetype tile drives the emulated grid", "[quant][device]") {
-  const auto w = quant_test::exact_matrix<weft::half>(9, 70, {4, 64, false}, 5);
+  const auto w = weft_test::exact_matrix<weft::half>(9, 70, {4, 64, false}, 5);
   std::vector<weft::half> x;
-  for (int v : quant_test::random_ints(3 * 70, 6, -8, 8)) x.push_back(weft::half(static_cast<float>(v)));
+  for (int v : weft_test::random_ints(3 * 70, 6, -8, 8)) x.push_back(weft::half(static_cast<float>(v)));
   const auto ref = reference_gemm(w, std::span<const weft::half>(x), 3);
   std::vector<float> unused(1);
   const w4a16_params<weft::half, weft::half> p{
@@ -165,9 +165,9 @@ TEMPLATE_TEST_CASE("device tiles: emulated W4A16 GEMM grid matches the reference
   for (auto [m, n, k, gs, sym] :
        {std::tuple{1, 8, 32, 32, true}, {33, 40, 100, 32, false}, {5, 17, 160, 64, true}, {16, 9, 45, 0, false}}) {
     INFO("M " << m << " N " << n << " K " << k << " group " << gs);
-    const auto w = quant_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(m + n + k));
+    const auto w = weft_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(m + n + k));
     std::vector<Act> x;
-    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 3, -8, 8))
+    for (int v : weft_test::random_ints(static_cast<std::size_t>(m * k), 3, -8, 8))
       x.push_back(Act(static_cast<float>(v)));
     const auto ref = reference_gemm(w, std::span<const Act>(x), m);
     std::vector<float> unused(1);
@@ -200,9 +200,9 @@ TEMPLATE_TEST_CASE("device tiles: emulated W4A16 GEMM grid matches the reference
 TEST_CASE("device tiles: emulated W8A8 GEMM grid matches the int32 reference", "[quant][device]") {
   for (auto [m, n, k] : {std::tuple{1, 8, 64}, {33, 40, 100}, {17, 16, 200}}) {
     INFO("M " << m << " N " << n << " K " << k);
-    const auto w = quant_test::exact_matrix<float>(n, k, {8, 0, true}, static_cast<std::uint64_t>(n * k));
+    const auto w = weft_test::exact_matrix<float>(n, k, {8, 0, true}, static_cast<std::uint64_t>(n * k));
     std::vector<std::int8_t> a;
-    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 4, -128, 127))
+    for (int v : weft_test::random_ints(static_cast<std::size_t>(m * k), 4, -128, 127))
       a.push_back(static_cast<std::int8_t>(v));
     const auto ref = reference_gemm_w8a8_i32(w, std::span<const std::int8_t>(a), m);
     const w8a8_params p{a.data(),    reinterpret_cast<const std::int8_t*>(w.packed().data()), nullptr, m, n, k,

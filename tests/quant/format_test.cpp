@@ -20,7 +20,7 @@ TEMPLATE_TEST_CASE("quantized_matrix: codes, scales and zeros round-trip through
       for (auto [n, k, gs] :
            {std::tuple{1, 32, 32}, {7, 100, 32}, {17, 130, 64}, {5, 256, 128}, {3, 45, 0}, {16, 64, 0}}) {
         const quant_scheme s{bits, gs, sym};
-        const auto w = quant_test::exact_matrix<TestType>(n, k, s, 42 + static_cast<std::uint64_t>(n * k));
+        const auto w = weft_test::exact_matrix<TestType>(n, k, s, 42 + static_cast<std::uint64_t>(n * k));
         INFO("bits " << bits << " sym " << sym << " n " << n << " k " << k << " group " << gs);
         const auto codes = w.codes();
         REQUIRE(codes.size() == static_cast<std::size_t>(n * k));
@@ -53,7 +53,7 @@ TEST_CASE("quantized_matrix: int4 layout is the documented nibble order", "[quan
 
 TEST_CASE("quantized_matrix: int8 layout is VNNI/AMX panels with row sums", "[quant][format]") {
   const std::int64_t n = 20, k = 70;
-  const auto codes = quant_test::random_ints(static_cast<std::size_t>(n * k), 7, -128, 127);
+  const auto codes = weft_test::random_ints(static_cast<std::size_t>(n * k), 7, -128, 127);
   const auto w = quantized_matrix<float>::from_codes(n, k, {8, 0, true}, codes, std::vector<float>(n, 0.5f));
   CHECK(w.k_padded() == 128);
   CHECK(w.packed().size() == static_cast<std::size_t>(32 * 128));
@@ -115,7 +115,7 @@ TEST_CASE("quantized_matrix: from_packed loads the packed layout back and checks
   for (auto s :
        {quant_scheme{4, 32, true}, quant_scheme{4, 64, false}, quant_scheme{8, 0, true}, quant_scheme{8, 32, false}}) {
     INFO("bits " << s.bits << " group " << s.group_size << " sym " << s.symmetric);
-    const auto w = quant_test::exact_matrix<weft::half>(21, 100, s, 3);
+    const auto w = weft_test::exact_matrix<weft::half>(21, 100, s, 3);
     const auto back = quantized_matrix<weft::half>::from_packed(
         21, 100, s, w.packed(), w.scales(), s.symmetric ? std::span<const std::int16_t>{} : w.zeros());
     CHECK(back == w);
@@ -129,7 +129,7 @@ TEST_CASE("quantized_matrix: from_packed loads the packed layout back and checks
                       Catch::Contains("40 x 100"));
   }
   // int8 padding must be zero: the kernels' row sums and padded products rely on it.
-  const auto w8 = quant_test::exact_matrix<float>(3, 10, {8, 0, true}, 4);
+  const auto w8 = weft_test::exact_matrix<float>(3, 10, {8, 0, true}, 4);
   std::vector<std::uint8_t> bytes(w8.packed().begin(), w8.packed().end());
   bytes[static_cast<std::size_t>(int8_offset(2, 40, w8.k_padded()))] = 7;
   CHECK_THROWS_WITH(quantized_matrix<float>::from_packed(3, 10, {8, 0, true}, bytes, w8.scales()),

@@ -29,9 +29,9 @@ std::vector<isa> runnable_w4a8_paths() {
 // int8 activations in [lo, hi] with power-of-two token scales: every product and sum is exact.
 quantized_activations exact_activations(std::int64_t m, std::int64_t k, std::uint64_t seed, int lo, int hi) {
   quantized_activations a{m, k, {}, {}};
-  for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), seed, lo, hi))
+  for (int v : weft_test::random_ints(static_cast<std::size_t>(m * k), seed, lo, hi))
     a.values.push_back(static_cast<std::int8_t>(v));
-  for (int e : quant_test::random_ints(static_cast<std::size_t>(m), seed + 1, -4, 2))
+  for (int e : weft_test::random_ints(static_cast<std::size_t>(m), seed + 1, -4, 2))
     a.scales.push_back(std::ldexp(1.0f, e));
   return a;
 }
@@ -87,7 +87,7 @@ TEST_CASE("w4a8: every path is bit-identical to the integer reference on exact i
                                {7, 6, 200, 0},
                                {1, 21, 4096, 128}}) {
       INFO("M " << m << " N " << n << " K " << k << " group " << gs << " sym " << sym);
-      const auto w = quant_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(m * n + k));
+      const auto w = weft_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(m * n + k));
       const auto a = exact_activations(m, k, static_cast<std::uint64_t>(k + gs), -8, 8);
       const auto ref = reference_gemm_w4a8(w, a);
       for (isa p : runnable_w4a8_paths())
@@ -95,7 +95,7 @@ TEST_CASE("w4a8: every path is bit-identical to the integer reference on exact i
           INFO("path " << to_string(p) << " parallel " << par);
           std::vector<float> y(static_cast<std::size_t>(m * n), -1.0f);
           gemm_w4a8(w, a, std::span<float>(y), {p, par});
-          REQUIRE(quant_test::same_bits(y, ref));
+          REQUIRE(weft_test::same_bits(y, ref));
         }
     }
 }
@@ -105,7 +105,7 @@ TEMPLATE_TEST_CASE("w4a8: full-range int8 activations and every scale type agree
   // Codes 0..15 against -127..127: the largest products the int32 paths see (no saturation in
   // vpmaddubsw's int16 pair sums: 2 * 15 * 127 < 32767).
   const std::int64_t m = 3, n = 19, k = 520;
-  const auto w = quant_test::exact_matrix<TestType>(n, k, {4, 128, false}, 5);
+  const auto w = weft_test::exact_matrix<TestType>(n, k, {4, 128, false}, 5);
   const auto a = exact_activations(m, k, 6, -127, 127);
   const auto ref = reference_gemm_w4a8(w, a);
   for (isa p : runnable_w4a8_paths()) {
@@ -118,8 +118,8 @@ TEMPLATE_TEST_CASE("w4a8: full-range int8 activations and every scale type agree
 
 TEST_CASE("w4a8: accuracy against the fp32 product is the activation quantization's, beside W4A16", "[quant][w4a8]") {
   const std::int64_t m = 4, n = 64, k = 1024;
-  const auto wf = quant_test::random_floats(static_cast<std::size_t>(n * k), 41);
-  const auto xf = quant_test::random_floats(static_cast<std::size_t>(m * k), 42);
+  const auto wf = weft_test::random_floats(static_cast<std::size_t>(n * k), 41);
+  const auto xf = weft_test::random_floats(static_cast<std::size_t>(m * k), 42);
   const auto w = quantize<weft::half>(wf, n, k, {4, 128, true}).weights;
   const auto deq = w.dequantize();
   std::vector<double> ref(static_cast<std::size_t>(m * n));
@@ -142,24 +142,24 @@ TEST_CASE("w4a8: accuracy against the fp32 product is the activation quantizatio
 
 TEST_CASE("w4a8: bf16 activations quantize the same as their fp32 values", "[quant][w4a8]") {
   const std::int64_t m = 2, n = 8, k = 256;
-  const auto w = quant_test::exact_matrix<weft::half>(n, k, {4, 128, true}, 8);
+  const auto w = weft_test::exact_matrix<weft::half>(n, k, {4, 128, true}, 8);
   std::vector<weft::bfloat16> xb;
   std::vector<float> xf;
-  for (float v : quant_test::random_floats(static_cast<std::size_t>(m * k), 9)) {
+  for (float v : weft_test::random_floats(static_cast<std::size_t>(m * k), 9)) {
     xb.push_back(weft::bfloat16(v));
     xf.push_back(static_cast<float>(xb.back()));
   }
   std::vector<float> yb(static_cast<std::size_t>(m * n)), yf(yb.size());
   gemm_w4a8(w, std::span<const weft::bfloat16>(xb), m, std::span<float>(yb));
   gemm_w4a8(w, std::span<const float>(xf), m, std::span<float>(yf));
-  CHECK(quant_test::same_bits(yb, yf));
+  CHECK(weft_test::same_bits(yb, yf));
   std::vector<float> y1(static_cast<std::size_t>(n));
   gemv_w4a8(w, std::span<const float>(xf).first(static_cast<std::size_t>(k)), std::span<float>(y1));
   CHECK(std::equal(y1.begin(), y1.end(), yf.begin()));
 }
 
 TEST_CASE("w4a8: bad input is rejected and the output left untouched", "[quant][w4a8]") {
-  const auto w = quant_test::exact_matrix<float>(8, 64, {4, 32, true}, 1);
+  const auto w = weft_test::exact_matrix<float>(8, 64, {4, 32, true}, 1);
   const auto a = exact_activations(1, 64, 2, -8, 8);
   std::vector<float> y(8, 7.0f);
   CHECK_THROWS_WITH(gemm_w4a8(w, a, std::span<float>(y).first(7)),
@@ -172,7 +172,7 @@ TEST_CASE("w4a8: bad input is rejected and the output left untouched", "[quant][
   auto huge = a;
   huge.rows = std::int64_t{1} << 62;
   CHECK_THROWS_WITH(gemm_w4a8(w, huge, std::span<float>(y)), Catch::Contains("overflow"));
-  const auto w8 = quant_test::exact_matrix<float>(8, 64, {8, 0, true}, 1);
+  const auto w8 = weft_test::exact_matrix<float>(8, 64, {8, 0, true}, 1);
   CHECK_THROWS_WITH(gemm_w4a8(w8, a, std::span<float>(y)), Catch::Contains("int4"));
   std::vector<float> x(64, 1.0f);
   x[3] = std::nanf("");

@@ -29,7 +29,7 @@ std::vector<isa> runnable(std::span<const isa> paths) {
 template <class Act>
 std::vector<Act> small_int_activations(std::size_t count, std::uint64_t seed) {
   std::vector<Act> x;
-  for (int v : quant_test::random_ints(count, seed, -8, 8)) x.push_back(Act(static_cast<float>(v)));
+  for (int v : weft_test::random_ints(count, seed, -8, 8)) x.push_back(Act(static_cast<float>(v)));
   return x;
 }
 
@@ -67,7 +67,7 @@ TEMPLATE_TEST_CASE("gemm_w4: every path is bit-identical to the reference on sma
                                {2, 64, 1000, 128},
                                {1, 4, 31, 0}}) {
       INFO("M " << m << " N " << n << " K " << k << " group " << gs << " sym " << sym);
-      const auto w = quant_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(m * n * k));
+      const auto w = weft_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(m * n * k));
       const auto x = small_int_activations<Act>(static_cast<std::size_t>(m * k), 5);
       const auto ref = reference_gemm(w, std::span<const Act>(x), m);
       for (isa p : runnable(w4_paths))
@@ -75,7 +75,7 @@ TEMPLATE_TEST_CASE("gemm_w4: every path is bit-identical to the reference on sma
           INFO("path " << to_string(p) << " parallel " << par);
           std::vector<float> y(static_cast<std::size_t>(m * n), -1.0f);
           gemm_w4(w, std::span<const Act>(x), m, std::span<float>(y), {p, par});
-          REQUIRE(quant_test::same_bits(y, ref));
+          REQUIRE(weft_test::same_bits(y, ref));
         }
     }
 }
@@ -83,8 +83,8 @@ TEMPLATE_TEST_CASE("gemm_w4: every path is bit-identical to the reference on sma
 TEST_CASE("gemm_w4: random inputs within 1e-3 mean relative error of the fp32 dequantized product",
           "[quant][kernels]") {
   const std::int64_t m = 3, n = 96, k = 1000;  // K not a multiple of the group (128)
-  const auto wf = quant_test::random_floats(static_cast<std::size_t>(n * k), 21);
-  const auto xf = quant_test::random_floats(static_cast<std::size_t>(m * k), 22);
+  const auto wf = weft_test::random_floats(static_cast<std::size_t>(n * k), 21);
+  const auto xf = weft_test::random_floats(static_cast<std::size_t>(m * k), 22);
   for (bool sym : {true, false}) {
     const auto w = sym ? quantize<weft::bfloat16>(wf, n, k, {4, 128, true}).weights
                        : quantize<weft::bfloat16>(wf, n, k, {4, 128, false}, minmax_quantizer{}).weights;
@@ -122,7 +122,7 @@ TEST_CASE("gemm_w4: random inputs within 1e-3 mean relative error of the fp32 de
 }
 
 TEST_CASE("gemm_w4: bad input is rejected and the output left untouched", "[quant][kernels]") {
-  const auto w = quant_test::exact_matrix<float>(8, 64, {4, 32, true}, 1);
+  const auto w = weft_test::exact_matrix<float>(8, 64, {4, 32, true}, 1);
   const std::vector<float> x(64, 1.0f);
   std::vector<float> y(8, 7.0f);
   CHECK_THROWS_WITH(gemm_w4(w, std::span<const float>(x).first(63), 1, std::span<float>(y)),
@@ -130,7 +130,7 @@ TEST_CASE("gemm_w4: bad input is rejected and the output left untouched", "[quan
   CHECK_THROWS_WITH(gemm_w4(w, std::span<const float>(x), 1, std::span<float>(y).first(7)),
                     Catch::Contains("output has 7 elements but M x N = 1 x 8"));
   CHECK_THROWS_WITH(gemm_w4(w, std::span<const float>(x), 0, std::span<float>(y)), Catch::Contains("M = 0"));
-  const auto w8 = quant_test::exact_matrix<float>(8, 64, {8, 0, true}, 1);
+  const auto w8 = weft_test::exact_matrix<float>(8, 64, {8, 0, true}, 1);
   CHECK_THROWS_WITH(gemm_w4(w8, std::span<const float>(x), 1, std::span<float>(y)), Catch::Contains("int4"));
   for (float v : y) CHECK(v == 7.0f);
   if (!cpu_features::get().supports(isa::amx_int8))
@@ -142,9 +142,9 @@ TEST_CASE("gemm_w8a8: every path matches the int32 reference exactly", "[quant][
   for (auto [m, n, k] :
        {std::tuple{1, 1, 4}, {1, 16, 64}, {3, 17, 70}, {33, 40, 130}, {8, 48, 256}, {65, 33, 200}, {2, 5, 3}}) {
     INFO("M " << m << " N " << n << " K " << k);
-    const auto w = quant_test::exact_matrix<float>(n, k, {8, 0, true}, static_cast<std::uint64_t>(n + k));
+    const auto w = weft_test::exact_matrix<float>(n, k, {8, 0, true}, static_cast<std::uint64_t>(n + k));
     std::vector<std::int8_t> a;
-    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 3, -128, 127))
+    for (int v : weft_test::random_ints(static_cast<std::size_t>(m * k), 3, -128, 127))
       a.push_back(static_cast<std::int8_t>(v));
     const auto ref = reference_gemm_w8a8_i32(w, std::span<const std::int8_t>(a), m);
     for (isa p : runnable(w8a8_paths))
@@ -159,8 +159,8 @@ TEST_CASE("gemm_w8a8: every path matches the int32 reference exactly", "[quant][
 
 TEST_CASE("gemm_w8a8: scaled output equals the dequantized product of the quantized operands", "[quant][kernels]") {
   const std::int64_t m = 5, n = 37, k = 300;
-  const auto wf = quant_test::random_floats(static_cast<std::size_t>(n * k), 31);
-  const auto xf = quant_test::random_floats(static_cast<std::size_t>(m * k), 32);
+  const auto wf = weft_test::random_floats(static_cast<std::size_t>(n * k), 31);
+  const auto xf = weft_test::random_floats(static_cast<std::size_t>(m * k), 32);
   const auto w = quantize<float>(wf, n, k, {8, 0, true}).weights;
   const auto a = quantize_activations(xf, m, k);
   std::vector<double> ref(static_cast<std::size_t>(m * n));
@@ -179,24 +179,24 @@ TEST_CASE("gemm_w8a8: scaled output equals the dequantized product of the quanti
     INFO("path " << to_string(p));
     std::vector<float> y(static_cast<std::size_t>(m * n));
     gemm_w8a8(w, a, std::span<float>(y), {p, true});
-    CHECK(quant_test::same_bits(y, exact));
+    CHECK(weft_test::same_bits(y, exact));
     CHECK(mean_relative_error(y, ref) < 1e-3);
   }
 }
 
 TEST_CASE("gemm_w8a8: bad input is rejected", "[quant][kernels]") {
-  const auto w = quant_test::exact_matrix<float>(8, 64, {8, 0, true}, 1);
+  const auto w = weft_test::exact_matrix<float>(8, 64, {8, 0, true}, 1);
   const std::vector<std::int8_t> a(64, 1);
   std::vector<std::int32_t> c(8, 0);
   CHECK_THROWS_WITH(gemm_w8a8_i32(w, std::span<const std::int8_t>(a).first(60), 1, std::span<std::int32_t>(c)),
                     Catch::Contains("activations have 60 elements"));
-  const auto w4 = quant_test::exact_matrix<float>(8, 64, {4, 32, true}, 1);
+  const auto w4 = weft_test::exact_matrix<float>(8, 64, {4, 32, true}, 1);
   CHECK_THROWS_WITH(gemm_w8a8_i32(w4, std::span<const std::int8_t>(a), 1, std::span<std::int32_t>(c)),
                     Catch::Contains("symmetric int8"));
-  const auto asym = quant_test::exact_matrix<float>(8, 64, {8, 0, false}, 1);
+  const auto asym = weft_test::exact_matrix<float>(8, 64, {8, 0, false}, 1);
   CHECK_THROWS_WITH(gemm_w8a8_i32(asym, std::span<const std::int8_t>(a), 1, std::span<std::int32_t>(c)),
                     Catch::Contains("asymmetric"));
-  const auto grouped = quant_test::exact_matrix<float>(8, 64, {8, 32, true}, 1);
+  const auto grouped = weft_test::exact_matrix<float>(8, 64, {8, 32, true}, 1);
   std::vector<float> y(8);
   const auto qa = quantize_activations(std::vector<float>(64, 1.0f), 1, 64);
   CHECK_THROWS_WITH(gemm_w8a8(grouped, qa, std::span<float>(y)), Catch::Contains("per-channel"));
@@ -206,11 +206,11 @@ TEST_CASE("gemm_w8a8: bad input is rejected", "[quant][kernels]") {
 }
 
 TEST_CASE("kernels: concurrent calls on shared weights give the same results", "[quant][kernels][concurrent]") {
-  const auto w4 = quant_test::exact_matrix<weft::half>(40, 256, {4, 128, false}, 77);
-  const auto w8 = quant_test::exact_matrix<float>(40, 256, {8, 0, true}, 78);
+  const auto w4 = weft_test::exact_matrix<weft::half>(40, 256, {4, 128, false}, 77);
+  const auto w8 = weft_test::exact_matrix<float>(40, 256, {8, 0, true}, 78);
   const auto x = small_int_activations<float>(2 * 256, 79);
   std::vector<std::int8_t> a;
-  for (int v : quant_test::random_ints(2 * 256, 80, -128, 127)) a.push_back(static_cast<std::int8_t>(v));
+  for (int v : weft_test::random_ints(2 * 256, 80, -128, 127)) a.push_back(static_cast<std::int8_t>(v));
   const auto ref4 = reference_gemm(w4, std::span<const float>(x), 2);
   const auto ref8 = reference_gemm_w8a8_i32(w8, std::span<const std::int8_t>(a), 2);
   std::vector<std::thread> threads;
@@ -223,7 +223,7 @@ TEST_CASE("kernels: concurrent calls on shared weights give the same results", "
       for (int rep = 0; rep < 5; ++rep) {
         gemm_w4(w4, std::span<const float>(x), 2, std::span<float>(y), {isa::automatic, t % 2 == 0});
         gemm_w8a8_i32(w8, std::span<const std::int8_t>(a), 2, std::span<std::int32_t>(c), {isa::automatic, t % 2 == 1});
-        good = good && quant_test::same_bits(y, ref4) && c == ref8;
+        good = good && weft_test::same_bits(y, ref4) && c == ref8;
       }
       ok[static_cast<std::size_t>(t)] = good ? 1 : 0;
     });

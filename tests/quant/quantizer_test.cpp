@@ -30,7 +30,7 @@ static_assert(!quantizer<int>);
 
 TEST_CASE("quantize: absmax codes are RTN of w / scale and the error report is right", "[quant][quantizer]") {
   const std::int64_t n = 6, k = 200;
-  const auto w = quant_test::random_floats(static_cast<std::size_t>(n * k), 3);
+  const auto w = weft_test::random_floats(static_cast<std::size_t>(n * k), 3);
   for (int bits : {4, 8}) {
     const auto r = quantize<float>(w, n, k, {bits, 64, true});
     double sum_sq = 0, ref_sq = 0, max_abs = 0;
@@ -59,7 +59,7 @@ TEST_CASE("quantize: absmax codes are RTN of w / scale and the error report is r
 TEST_CASE("quantize: more bits and smaller groups give smaller error; min-max beats absmax on skewed data",
           "[quant][quantizer]") {
   const std::int64_t n = 16, k = 512;
-  auto w = quant_test::random_floats(static_cast<std::size_t>(n * k), 9, 0.0f, 1.0f);  // all positive: skewed
+  auto w = weft_test::random_floats(static_cast<std::size_t>(n * k), 9, 0.0f, 1.0f);  // all positive: skewed
   const auto e4 = quantize<weft::half>(w, n, k, {4, 128, true}).error;
   const auto e8 = quantize<weft::half>(w, n, k, {8, 128, true}).error;
   const auto e4_g32 = quantize<weft::half>(w, n, k, {4, 32, true}).error;

@@ -29,8 +29,8 @@ std::vector<isa> runnable_sparse24_paths() {
 template <class Scale>
 sparse24_matrix<Scale> exact_sparse(std::int64_t n, std::int64_t k, quant_scheme s, std::uint64_t seed) {
   const std::int64_t gs = s.group_size == 0 ? k : s.group_size, groups = (k + gs - 1) / gs;
-  const auto codes = quant_test::random_ints(static_cast<std::size_t>(n * k / 2), seed, 0, 15);
-  const auto pairs = quant_test::random_ints(static_cast<std::size_t>(n * k / 4), seed + 1, 0, 5);
+  const auto codes = weft_test::random_ints(static_cast<std::size_t>(n * k / 2), seed, 0, 15);
+  const auto pairs = weft_test::random_ints(static_cast<std::size_t>(n * k / 4), seed + 1, 0, 5);
   constexpr std::uint8_t choice[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
   std::vector<std::uint8_t> positions;
   for (int p : pairs) {
@@ -38,11 +38,11 @@ sparse24_matrix<Scale> exact_sparse(std::int64_t n, std::int64_t k, quant_scheme
     positions.push_back(choice[p][1]);
   }
   std::vector<Scale> scales;
-  for (int e : quant_test::random_ints(static_cast<std::size_t>(n * groups), seed + 2, -3, 2))
+  for (int e : weft_test::random_ints(static_cast<std::size_t>(n * groups), seed + 2, -3, 2))
     scales.push_back(Scale(std::ldexp(1.0f, e)));
   std::vector<std::int16_t> zeros;
   if (!s.symmetric)
-    for (int z : quant_test::random_ints(static_cast<std::size_t>(n * groups), seed + 3, 0, 15))
+    for (int z : weft_test::random_ints(static_cast<std::size_t>(n * groups), seed + 3, 0, 15))
       zeros.push_back(static_cast<std::int16_t>(z));
   return sparse24_matrix<Scale>::from_parts(n, k, s, codes, positions, scales, zeros);
 }
@@ -88,7 +88,7 @@ TEST_CASE("sparse24: metadata holds two 2-bit positions per group of four, low n
 
 TEST_CASE("sparse24: quantize_2_4 stores the pruned matrix with 3 bits per weight", "[quant][sparse24]") {
   const std::int64_t n = 48, k = 512;
-  const auto w = quant_test::random_floats(static_cast<std::size_t>(n * k), 7);
+  const auto w = weft_test::random_floats(static_cast<std::size_t>(n * k), 7);
   const auto pruned = prune_2_4(w, n, k);
   for (bool sym : {true, false}) {
     INFO("symmetric " << sym);
@@ -127,7 +127,7 @@ TEST_CASE("sparse24: every path is bit-identical to the reference on exact input
       INFO("M " << m << " N " << n << " K " << k << " group " << gs << " sym " << sym);
       const auto w = exact_sparse<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(n * k + m));
       std::vector<float> x;
-      for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 3, -8, 8))
+      for (int v : weft_test::random_ints(static_cast<std::size_t>(m * k), 3, -8, 8))
         x.push_back(static_cast<float>(v));
       const auto ref = reference_gemm(w, std::span<const float>(x), m);
       for (isa p : runnable_sparse24_paths())
@@ -135,16 +135,16 @@ TEST_CASE("sparse24: every path is bit-identical to the reference on exact input
           INFO("path " << to_string(p) << " parallel " << par);
           std::vector<float> y(static_cast<std::size_t>(m * n), -1.0f);
           gemm_sparse24(w, std::span<const float>(x), m, std::span<float>(y), {p, par});
-          REQUIRE(quant_test::same_bits(y, ref));
+          REQUIRE(weft_test::same_bits(y, ref));
         }
     }
 }
 
 TEST_CASE("sparse24: random inputs match the dense kernel on the same (pruned) weights", "[quant][sparse24]") {
   const std::int64_t m = 3, n = 40, k = 1024;
-  const auto pruned = prune_2_4(quant_test::random_floats(static_cast<std::size_t>(n * k), 11), n, k);
+  const auto pruned = prune_2_4(weft_test::random_floats(static_cast<std::size_t>(n * k), 11), n, k);
   const auto s = quantize_2_4<weft::bfloat16>(pruned, n, k, {4, 128, true}).weights;
-  const auto xf = quant_test::random_floats(static_cast<std::size_t>(m * k), 12);
+  const auto xf = weft_test::random_floats(static_cast<std::size_t>(m * k), 12);
   std::vector<weft::bfloat16> xb(xf.begin(), xf.end());
   std::vector<double> ref(static_cast<std::size_t>(m * n));
   for (std::int64_t r = 0; r < m; ++r)

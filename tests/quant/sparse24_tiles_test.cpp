@@ -76,21 +76,21 @@ TEMPLATE_TEST_CASE("sparse24 tiles: emulated GEMM grids equal the reference bit 
   for (auto [m, n, k, gs] : {std::tuple{1, 8, 64, 64}, {19, 24, 192, 64}, {16, 16, 256, 128}, {3, 5, 128, 0}}) {
     INFO("M " << m << " N " << n << " K " << k << " group " << gs);
     const std::int64_t g_size = gs == 0 ? k : gs, groups = (k + g_size - 1) / g_size;
-    const auto codes = quant_test::random_ints(static_cast<std::size_t>(n * k / 2), 1, 0, 15);
+    const auto codes = weft_test::random_ints(static_cast<std::size_t>(n * k / 2), 1, 0, 15);
     std::vector<std::uint8_t> positions;
-    for (int c : quant_test::random_ints(static_cast<std::size_t>(n * k / 4), 2, 0, 2)) {
+    for (int c : weft_test::random_ints(static_cast<std::size_t>(n * k / 4), 2, 0, 2)) {
       positions.push_back(static_cast<std::uint8_t>(c));
       positions.push_back(static_cast<std::uint8_t>(c + 1));
     }
     std::vector<weft::half> scales;
-    for (int e : quant_test::random_ints(static_cast<std::size_t>(n * groups), 3, -2, 1))
+    for (int e : weft_test::random_ints(static_cast<std::size_t>(n * groups), 3, -2, 1))
       scales.push_back(weft::half(std::ldexp(1.0f, e)));
     std::vector<std::int16_t> zeros;
-    for (int z : quant_test::random_ints(static_cast<std::size_t>(n * groups), 4, 0, 15))
+    for (int z : weft_test::random_ints(static_cast<std::size_t>(n * groups), 4, 0, 15))
       zeros.push_back(static_cast<std::int16_t>(z));
     const auto w = sparse24_matrix<weft::half>::from_parts(n, k, {4, gs, false}, codes, positions, scales, zeros);
     std::vector<Act> x;
-    for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), 5, -4, 4))
+    for (int v : weft_test::random_ints(static_cast<std::size_t>(m * k), 5, -4, 4))
       x.push_back(Act(static_cast<float>(v)));
     const auto ref = reference_gemm(w, std::span<const Act>(x), m);
     const sparse24_params<Act, weft::half> p{x.data(),

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-namespace quant_test {
+namespace weft_test {
 
 /// Bit-for-bit equality of two float vectors (exact kernels must match the reference exactly).
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -51,4 +51,4 @@ weft::quant::quantized_matrix<Scale> exact_matrix(std::int64_t n, std::int64_t k
   return quantized_matrix<Scale>::from_codes(n, k, s, codes, scales, zeros);
 }
 
-}  // namespace quant_test
+}  // namespace weft_test

@@ -34,7 +34,7 @@ TEST_CASE("thrust: quantize_groups equals the CPU absmax quantizer, dequantize_g
   for (int bits : {4, 8})
     for (auto [rows, cols, gs] : {std::tuple{1, 32, 32}, {7, 100, 32}, {3, 300, 128}, {5, 45, 0}}) {
       INFO("bits " << bits << " rows " << rows << " cols " << cols << " group " << gs);
-      const auto host = quant_test::random_floats(static_cast<std::size_t>(rows * cols), 17);
+      const auto host = weft_test::random_floats(static_cast<std::size_t>(rows * cols), 17);
       const auto cpu = quantize<float>(host, rows, cols, {bits, gs, true}).weights;
       const thrust::device_vector<float> x(host.begin(), host.end());
       thrust::device_vector<std::int8_t> codes;
@@ -72,7 +72,7 @@ TEST_CASE("thrust: quantize_groups rejects bad shapes", "[quant][thrust]") {
 TEST_CASE("thrust: moe_dispatch equals a stable-sort reference", "[quant][thrust][moe]") {
   for (auto [tokens, top_k, experts] : {std::tuple{1, 1, 1}, {37, 2, 8}, {100, 4, 16}, {5, 2, 64}}) {
     INFO("tokens " << tokens << " top_k " << top_k << " experts " << experts);
-    const auto ids = quant_test::random_ints(static_cast<std::size_t>(tokens * top_k), 23, 0, experts - 1);
+    const auto ids = weft_test::random_ints(static_cast<std::size_t>(tokens * top_k), 23, 0, experts - 1);
     const thrust::device_vector<std::int32_t> d_ids(ids.begin(), ids.end());
     const auto plan = moe_dispatch(d_ids, top_k, experts);
     std::vector<std::int32_t> order(ids.size());

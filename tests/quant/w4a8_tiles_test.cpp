@@ -20,9 +20,9 @@ namespace {
 
 quantized_activations small_activations(std::int64_t m, std::int64_t k, std::uint64_t seed, int lo, int hi) {
   quantized_activations a{m, k, {}, {}};
-  for (int v : quant_test::random_ints(static_cast<std::size_t>(m * k), seed, lo, hi))
+  for (int v : weft_test::random_ints(static_cast<std::size_t>(m * k), seed, lo, hi))
     a.values.push_back(static_cast<std::int8_t>(v));
-  for (int e : quant_test::random_ints(static_cast<std::size_t>(m), seed + 1, -3, 1))
+  for (int e : weft_test::random_ints(static_cast<std::size_t>(m), seed + 1, -3, 1))
     a.scales.push_back(std::ldexp(1.0f, e));
   return a;
 }
@@ -99,7 +99,7 @@ TEST_CASE("w4a8 tiles: emulated GEMM grids equal the integer reference bit for b
   for (bool sym : {true, false})
     for (auto [m, n, k, gs] : {std::tuple{1, 8, 64, 32}, {33, 40, 100, 32}, {17, 16, 256, 128}, {5, 24, 200, 0}}) {
       INFO("M " << m << " N " << n << " K " << k << " group " << gs << " sym " << sym);
-      const auto w = quant_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(n * k + gs));
+      const auto w = weft_test::exact_matrix<weft::half>(n, k, {4, gs, sym}, static_cast<std::uint64_t>(n * k + gs));
       const auto a = small_activations(m, k, static_cast<std::uint64_t>(m + k), -8, 8);
       const auto ref = reference_gemm_w4a8(w, a);
       const w4a8_params<weft::half> p{
@@ -116,7 +116,7 @@ TEST_CASE("w4a8 tiles: emulated GEMM grids equal the integer reference bit for b
 TEST_CASE("w4a8 tiles: emulated dp4a GEMV equals the integer reference bit for bit", "[quant][device][w4a8]") {
   for (auto [m, n, k, gs] : {std::tuple{1, 5, 64, 32}, {2, 9, 300, 64}, {3, 4, 1000, 128}, {1, 3, 31, 0}}) {
     INFO("M " << m << " N " << n << " K " << k << " group " << gs);
-    const auto w = quant_test::exact_matrix<weft::half>(n, k, {4, gs, false}, static_cast<std::uint64_t>(n + k));
+    const auto w = weft_test::exact_matrix<weft::half>(n, k, {4, gs, false}, static_cast<std::uint64_t>(n + k));
     const auto a = small_activations(m, k, 7, -8, 8);
     const auto ref = reference_gemm_w4a8(w, a);
     for (std::int64_t t = 0; t < m; ++t)

@@ -228,7 +228,7 @@ inline runtime_report fast_m_sgc(const sorted_trace& st, std::size_t jobs, doubl
       for (std::size_t w = 0; w < st.n; ++w) {
         if (!late[w] && delivered[w] < m.window - 1) ++delivered[w];
         late[w] = 0;
-        done += delivered[w] == m.window - 1 ? 1 : 0;
+        done += delivered[w] == m.window - 1 ? std::size_t{1} : std::size_t{0};
       }
       if (done == st.n) break;
     }

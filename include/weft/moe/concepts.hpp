@@ -24,7 +24,7 @@ namespace weft::moe {
 /// on_remove for it. Policies are copied (one per pool), so keep shared read-only data in a
 /// shared_ptr<const T>.
 template <class P>
-concept eviction_policy = std::copy_constructible<P> &&
+concept expert_eviction_policy = std::copy_constructible<P> &&
     requires(P& p, const model_shape& shape, expert_key k, const access_info& info) {
   p.bind(shape);
   p.on_access(k, info);
@@ -32,6 +32,12 @@ concept eviction_policy = std::copy_constructible<P> &&
   p.on_remove(k);
   { p.victim(info) } -> std::same_as<std::optional<expert_key>>;
 };
+
+/// Deprecated spelling of expert_eviction_policy (it clashed with weft::kv::eviction_policy, a
+/// different contract); kept for one release. A concept cannot carry [[deprecated]], so this note
+/// and CHANGELOG.md are the notice.
+template <class P>
+concept eviction_policy = expert_eviction_policy<P>;
 
 /// An expert prefetcher: it watches the routing of the current token layer by layer and predicts
 /// which experts later layers will need. Call order:

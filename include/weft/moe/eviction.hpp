@@ -1,4 +1,4 @@
-// Eviction policies for expert_cache, each a model of weft::moe::eviction_policy:
+// Eviction policies for expert_cache, each a model of weft::moe::expert_eviction_policy:
 // LRU; LFU and LFU with exponential decay (frequency-based expert caching, e.g. Eliseev & Mazur,
 // "Fast Inference of MoE Language Models with Offloading", 2023, and HOBBIT, 2024); activation-aware
 // scoring (MoE-Infinity, Xue et al. 2024, §5 "activation-aware expert caching"); least-stale
@@ -368,11 +368,11 @@ class belady_policy {
   std::vector<std::uint64_t> next_;  // per key: tick of its next lookup after the last event
 };
 
-static_assert(eviction_policy<lru_policy>);
-static_assert(eviction_policy<lfu_policy>);
-static_assert(eviction_policy<lfu_decay_policy>);
-static_assert(eviction_policy<activation_aware_policy>);
-static_assert(eviction_policy<least_stale_policy>);
-static_assert(eviction_policy<belady_policy>);
+static_assert(expert_eviction_policy<lru_policy>);
+static_assert(expert_eviction_policy<lfu_policy>);
+static_assert(expert_eviction_policy<lfu_decay_policy>);
+static_assert(expert_eviction_policy<activation_aware_policy>);
+static_assert(expert_eviction_policy<least_stale_policy>);
+static_assert(expert_eviction_policy<belady_policy>);
 
 }  // namespace weft::moe

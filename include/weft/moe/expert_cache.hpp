@@ -112,7 +112,7 @@ struct cache_stats {
 /// Not thread-safe: one owner (the engine's scheduling thread) calls it; completions from copy
 /// streams must be handed to that thread. Complexity: lookup, peek, complete, cancel, pin, unpin,
 /// erase O(1) plus the policy's hook; start_load/prefetch O(1) plus the policy's victim() per eviction.
-template <eviction_policy Policy = lru_policy>
+template <expert_eviction_policy Policy = lru_policy>
 class expert_cache {
  public:
   /// Throws weft::error if the shape is invalid, the capacity is zero or given twice, an expert

@@ -51,7 +51,7 @@ struct hybrid_replay_report {
 /// device cache should be fresh; its policy decides which loaded expert stays (a loaded expert is
 /// computed from a staging buffer even when the cache has no slot to keep it). Deterministic; not
 /// thread-safe. O(passes * layers * (k log k + cache calls)).
-template <eviction_policy P>
+template <expert_eviction_policy P>
 hybrid_replay_report hybrid_replay(const routing_trace& trace, expert_cache<P>& device,
                                    const hybrid_replay_options& options) {
   constexpr const char* where = "weft::moe::hybrid_replay";

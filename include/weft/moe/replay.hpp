@@ -58,7 +58,7 @@ static_assert(prefetcher<no_prefetch>);
 /// start prefetches for its predictions; wait for the layer's experts (stall); compute; unpin.
 /// The prefetcher is bound to the trace's shape here. Deterministic. Not thread-safe.
 /// Complexity: O(lookups * cost of a cache call + predictions).
-template <eviction_policy P, prefetcher F = no_prefetch>
+template <expert_eviction_policy P, prefetcher F = no_prefetch>
 replay_report replay(const routing_trace& trace, expert_cache<P>& cache, F&& prefetch = F{},
                      const replay_options& options = {}) {
   constexpr const char* where = "weft::moe::replay";

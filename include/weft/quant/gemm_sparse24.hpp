@@ -51,7 +51,7 @@ void sparse24_rows(isa path, const sparse24_matrix<Scale>& w, const float* xf, s
   a.groups = groups;
   a.blocks_per_group = w.group_size() / 64;
   a.blocks = k / 64;
-  float out[NR][MB];
+  float out[std::size_t{NR}][std::size_t{MB}];
   sparse24_tile(path, a, out);
   for (int r = 0; r < NR; ++r)
     for (int i = 0; i < MB; ++i) y[(m0 + i) * n + n0 + r] = out[r][i];

@@ -66,7 +66,7 @@ void w4_rows(isa path, const quantized_matrix<Scale>& w, const float* xf, const 
   a.groups = groups;
   a.blocks_per_group = w.group_size() / int4_block;
   a.blocks = kp / int4_block;
-  float out[NR][MB];
+  float out[std::size_t{NR}][std::size_t{MB}];
   w4_tile(path, a, out);
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MB; ++m) y[(m0 + m) * n_total + n0 + r] = out[r][m];

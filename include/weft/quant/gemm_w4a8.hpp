@@ -101,7 +101,7 @@ void w4a8_rows(isa path, int chunk_bytes, const quantized_matrix<Scale>& w, cons
   a.groups = groups;
   a.chunks = ceil_div(row_bytes, chunk_bytes);
   a.chunks_per_group = groups == 1 ? a.chunks : w.group_size() / (2 * chunk_bytes);
-  float out[NR][MB];
+  float out[std::size_t{NR}][std::size_t{MB}];
   w4a8_tile(path, chunk_bytes, a, out);
   for (int r = 0; r < NR; ++r)
     for (int i = 0; i < MB; ++i) y[(m0 + i) * n + n0 + r] = out[r][i] * token_scales[m0 + i];

@@ -152,10 +152,11 @@ inline std::vector<float> prune_2_4(std::span<const float> w, std::int64_t n, st
       expects(std::isfinite(out[g + i]), errc::invalid_argument, where, "weight ", g + i, " is ", out[g + i],
               " (not finite)");
     // Rank the four by magnitude; zero the two smallest.
-    int order[4] = {0, 1, 2, 3};
-    std::stable_sort(order, order + 4, [&](int a, int b) { return std::fabs(out[g + a]) > std::fabs(out[g + b]); });
-    out[g + static_cast<std::size_t>(order[2])] = 0.0f;
-    out[g + static_cast<std::size_t>(order[3])] = 0.0f;
+    std::size_t order[4] = {0, 1, 2, 3};
+    std::stable_sort(order, order + 4,
+                     [&](std::size_t a, std::size_t b) { return std::fabs(out[g + a]) > std::fabs(out[g + b]); });
+    out[g + order[2]] = 0.0f;
+    out[g + order[3]] = 0.0f;
   }
   return out;
 }

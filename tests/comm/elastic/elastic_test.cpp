@@ -256,5 +256,5 @@ TEST_CASE("state hash covers revision and bytes; a mismatching pull is detected"
   b.w[3] = 0;
   b.state.advance();
   CHECK(a.state.hash() != b.state.hash());
-  CHECK(we::hash_bytes({}, 1) != we::hash_bytes({}, 2));
+  CHECK(weft::hash_bytes(std::span<const std::byte>{}, 1) != weft::hash_bytes(std::span<const std::byte>{}, 2));
 }

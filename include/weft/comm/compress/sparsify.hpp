@@ -5,6 +5,7 @@
 
 #include <weft/comm/compress/concepts.hpp>
 #include <weft/core/error.hpp>
+#include <weft/core/random.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -97,10 +98,10 @@ class top_k {
   std::string name_;
 };
 
-/// Keeps ceil(density·n) coordinates chosen uniformly without replacement by a splitmix64
-/// generator seeded with `seed`; each encode advances it, so a run is reproducible from the seed.
-/// Values are sent unscaled (pair it with error feedback; scale by n/k yourself for an unbiased
-/// estimate). Not thread-safe (encode advances the generator). encode O(n), decode O(n).
+/// Keeps ceil(density·n) coordinates chosen uniformly without replacement by weft::rng (SplitMix64) seeded with `seed`;
+/// each encode advances it, so a run is reproducible from the seed. Values are sent unscaled (pair it with error
+/// feedback; scale by n/k yourself for an unbiased estimate). Not thread-safe (encode advances the generator). encode
+/// O(n), decode O(n).
 class random_k {
  public:
   static constexpr bool is_sparse = true;
@@ -135,14 +136,9 @@ class random_k {
   }
 
  private:
-  std::uint64_t next() noexcept {  // splitmix64 (Steele, Lea & Flood, OOPSLA 2014)
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  std::uint64_t next() noexcept { return state_.next(); }
   double density_;
-  std::uint64_t state_;
+  weft::rng state_;  // SplitMix64: the same stream as the raw generator this replaced
   std::string name_;
 };
 

@@ -5,6 +5,7 @@
 
 #include <weft/core/dtype.hpp>
 #include <weft/core/error.hpp>
+#include <weft/core/hash.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -16,26 +17,11 @@
 
 namespace weft::comm::elastic {
 
-/// 64-bit hash of bytes, seeded (a word-at-a-time multiply-xorshift in the style of wyhash; not
-/// cryptographic: it catches divergence, not malice). O(n), thread-safe.
-inline std::uint64_t hash_bytes(std::span<const std::byte> bytes, std::uint64_t seed) noexcept {
-  auto mix = [](std::uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-  };
-  std::uint64_t h = mix(seed ^ (bytes.size() * 0x9e3779b97f4a7c15ull));
-  std::size_t i = 0;
-  for (; i + 8 <= bytes.size(); i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, bytes.data() + i, 8);
-    h = mix(h ^ w) * 0x9e3779b97f4a7c15ull;
-  }
-  std::uint64_t tail = 0;
-  if (bytes.size() > i) std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
-  return mix(h ^ tail ^ (bytes.size() - i));
+/// Deprecated: the one fast hash is weft::hash_bytes (weft/core/hash.hpp); this forwarder stays for
+/// one release. Not cryptographic: it catches divergence, not malice.
+[[deprecated("use weft::hash_bytes from weft/core/hash.hpp")]] inline std::uint64_t hash_bytes(
+    std::span<const std::byte> bytes, std::uint64_t seed) noexcept {
+  return weft::hash_bytes(bytes, seed);
 }
 
 /// The state shared by an elastic group. The user registers views of their tensors (borrowed:
@@ -87,8 +73,8 @@ class shared_state {
   }
   /// Hash of the revision and every tensor's bytes, in order.
   std::uint64_t hash() const noexcept {
-    std::uint64_t h = hash_bytes(std::as_bytes(std::span<const std::uint64_t>(&revision_, 1)), 0x77656674);
-    for (const auto& t : tensors_) h = hash_bytes(t.bytes, h);
+    std::uint64_t h = weft::hash_bytes(std::as_bytes(std::span<const std::uint64_t>(&revision_, 1)), 0x77656674);
+    for (const auto& t : tensors_) h = weft::hash_bytes(t.bytes, h);
     return h;
   }
   /// Total bytes of all tensors.

@@ -29,12 +29,12 @@ namespace weft::quant::detail {
 /// (K / 8 bytes); xs[m]: fp32 activations (K floats).
 template <int NR, int MB, class Scale>
 struct sparse24_tile_args {
-  const std::uint8_t* rows[NR];
-  const std::uint8_t* meta[NR];
-  const std::uint8_t* prefetch[NR];  // the kept codes 4 rows ahead, or null
-  const Scale* scales[NR];
-  const std::int16_t* zeros[NR];
-  const float* xs[MB];
+  const std::uint8_t* rows[std::size_t{NR}];
+  const std::uint8_t* meta[std::size_t{NR}];
+  const std::uint8_t* prefetch[std::size_t{NR}];  // the kept codes 4 rows ahead, or null
+  const Scale* scales[std::size_t{NR}];
+  const std::int16_t* zeros[std::size_t{NR}];
+  const float* xs[std::size_t{MB}];
   std::int64_t groups;
   std::int64_t blocks_per_group;  // 16-byte blocks of kept codes per group (group_size / 64)
   std::int64_t blocks;            // K / 64
@@ -46,7 +46,8 @@ constexpr int sparse24_input(std::uint64_t meta, int j) noexcept {
 }
 
 template <int NR, int MB, class Scale>
-void sparse24_tile_portable(const sparse24_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+void sparse24_tile_portable(const sparse24_tile_args<NR, MB, Scale>& a,
+                            float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MB; ++m) out[r][m] = 0.0f;
   for (std::int64_t g = 0; g < a.groups; ++g) {
@@ -78,8 +79,8 @@ void sparse24_tile_portable(const sparse24_tile_args<NR, MB, Scale>& a, float (&
 /// 64-input window by vpermt2ps with indices decoded from the metadata, fp32 FMA per group.
 template <int NR, int MB, class Scale>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void sparse24_tile_avx512(
-    const sparse24_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
-  __m512 total[NR][MB];
+    const sparse24_tile_args<NR, MB, Scale>& a, float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
+  __m512 total[std::size_t{NR}][std::size_t{MB}];
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -90,12 +91,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void sparse24_tile
   const __m512i base = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
   const bool fetch = a.prefetch[0] != nullptr;
   for (std::int64_t g = 0; g < a.groups; ++g) {
-    __m512 acc[NR][MB];
+    __m512 acc[std::size_t{NR}][std::size_t{MB}];
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
       for (int m = 0; m < MB; ++m) acc[r][m] = _mm512_setzero_ps();
-    __m512i zero[NR];
+    __m512i zero[std::size_t{NR}];
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) zero[r] = _mm512_set1_epi32(a.zeros[r][g]);
     const std::int64_t b_end = (g + 1) * a.blocks_per_group < a.blocks ? (g + 1) * a.blocks_per_group : a.blocks;
@@ -148,7 +149,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void sparse24_tile
 
 /// Runs the tile on `path` (already resolved and supported).
 template <int NR, int MB, class Scale>
-void sparse24_tile(isa path, const sparse24_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+void sparse24_tile(isa path, const sparse24_tile_args<NR, MB, Scale>& a,
+                   float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
 #if WEFT_QUANT_X86
   if (path == isa::avx512) return sparse24_tile_avx512(a, out);
 #endif

@@ -45,29 +45,29 @@ __attribute__((target("f16c"))) inline float scale_to_float_f16c(Scale s) noexce
 /// activation row padded to a multiple of 32 with zeros; scales[r] at the row's G scales.
 template <int NR, int MB, class Scale>
 struct w4_tile_args {
-  const std::uint8_t* rows[NR];
-  const float* xs[MB];
-  const float* xsums[MB];  // per-group sums of each activation row
+  const std::uint8_t* rows[std::size_t{NR}];
+  const float* xs[std::size_t{MB}];
+  const float* xsums[std::size_t{MB}];  // per-group sums of each activation row
   // avx512_bf16 only: bf16 activation rows, each 64-element chunk reordered as
   // [0..15, 32..47, 16..31, 48..63] to match the nibbles of two blocks widened to 32 lanes.
-  const std::uint16_t* xb[MB];
-  const Scale* scales[NR];
-  const std::int16_t* zeros[NR];
+  const std::uint16_t* xb[std::size_t{MB}];
+  const Scale* scales[std::size_t{NR}];
+  const std::int16_t* zeros[std::size_t{NR}];
   // Rows to prefetch while this tile runs (the next row block), or null: the rows of a tile are
   // separate 2-8 KiB streams, too short for the hardware prefetcher to reach DRAM speed.
-  const std::uint8_t* prefetch[NR];
+  const std::uint8_t* prefetch[std::size_t{NR}];
   std::int64_t groups;            // G
   std::int64_t blocks_per_group;  // group_size / 32
   std::int64_t blocks;            // k_padded / 32
 };
 
 template <int NR, int MB, class Scale>
-void w4_tile_portable(const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
-  float correction[NR][MB] = {};
+void w4_tile_portable(const w4_tile_args<NR, MB, Scale>& a, float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
+  float correction[std::size_t{NR}][std::size_t{MB}] = {};
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MB; ++m) out[r][m] = 0.0f;
   for (std::int64_t g = 0; g < a.groups; ++g) {
-    float acc[NR][MB] = {};
+    float acc[std::size_t{NR}][std::size_t{MB}] = {};
     const std::int64_t b_end = (g + 1) * a.blocks_per_group < a.blocks ? (g + 1) * a.blocks_per_group : a.blocks;
     for (std::int64_t b = g * a.blocks_per_group; b < b_end; ++b)
       for (int r = 0; r < NR; ++r) {
@@ -99,16 +99,16 @@ void w4_tile_portable(const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]
 
 template <int NR, int MB, class Scale>
 __attribute__((target("avx2,fma,f16c"))) void w4_tile_avx2(const w4_tile_args<NR, MB, Scale>& a,
-                                                           float (&out)[NR][MB]) noexcept {
-  __m256 total[NR][MB];
-  float correction[NR][MB] = {};
+                                                           float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
+  __m256 total[std::size_t{NR}][std::size_t{MB}];
+  float correction[std::size_t{NR}][std::size_t{MB}] = {};
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
     for (int m = 0; m < MB; ++m) total[r][m] = _mm256_setzero_ps();
   const __m256i nibble = _mm256_set1_epi32(0xF);
   for (std::int64_t g = 0; g < a.groups; ++g) {
-    __m256 acc[NR][MB];
+    __m256 acc[std::size_t{NR}][std::size_t{MB}];
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -156,17 +156,17 @@ __attribute__((target("avx2,fma,f16c"))) void w4_tile_avx2(const w4_tile_args<NR
 }
 
 template <int NR, int MB, class Scale>
-__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void w4_tile_avx512(const w4_tile_args<NR, MB, Scale>& a,
-                                                                                  float (&out)[NR][MB]) noexcept {
-  __m512 total[NR][MB];
-  float correction[NR][MB] = {};
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void w4_tile_avx512(
+    const w4_tile_args<NR, MB, Scale>& a, float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
+  __m512 total[std::size_t{NR}][std::size_t{MB}];
+  float correction[std::size_t{NR}][std::size_t{MB}] = {};
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
     for (int m = 0; m < MB; ++m) total[r][m] = _mm512_setzero_ps();
   const __m512i nibble = _mm512_set1_epi32(0xF);
   for (std::int64_t g = 0; g < a.groups; ++g) {
-    __m512 acc[NR][MB];
+    __m512 acc[std::size_t{NR}][std::size_t{MB}];
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -221,9 +221,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void w4_tile_avx51
 /// sum (128 + c) x - (128 + z) sum x.
 template <int NR, int MB, class Scale>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c"))) void w4_tile_avx512_bf16(
-    const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
-  __m512 total[NR][MB];
-  float correction[NR][MB] = {};
+    const w4_tile_args<NR, MB, Scale>& a, float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
+  __m512 total[std::size_t{NR}][std::size_t{MB}];
+  float correction[std::size_t{NR}][std::size_t{MB}] = {};
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -231,7 +231,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c"))) void w4
   const __m512i low = _mm512_set1_epi16(0xF), bias = _mm512_set1_epi16(0x4300);
   const __m256i low_h = _mm256_set1_epi16(0xF), bias_h = _mm256_set1_epi16(0x4300);
   for (std::int64_t g = 0; g < a.groups; ++g) {
-    __m512 acc[NR][MB];
+    __m512 acc[std::size_t{NR}][std::size_t{MB}];
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -302,7 +302,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c"))) void w4
 
 /// Runs the tile on `path` (already resolved and supported).
 template <int NR, int MB, class Scale>
-void w4_tile(isa path, const w4_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+void w4_tile(isa path, const w4_tile_args<NR, MB, Scale>& a, float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
 #if WEFT_QUANT_X86
   if (path == isa::avx512_bf16) return w4_tile_avx512_bf16(a, out);
   if (path == isa::avx512) return w4_tile_avx512(a, out);

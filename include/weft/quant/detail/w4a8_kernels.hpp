@@ -31,16 +31,16 @@ namespace weft::quant::detail {
 /// with CB = 16 that is the natural order. Rows are padded with zero activations to whole chunks.
 template <int NR, int MB, class Scale>
 struct w4a8_tile_args {
-  const std::uint8_t* rows[NR];
-  const std::uint8_t* prefetch[NR];  // the next row block (see w4_tile_args), or null
-  const Scale* scales[NR];
-  const std::int16_t* zeros[NR];
-  const std::int8_t* xa[MB];      // reordered activations of each token
-  const float* asum[MB];          // per-group sums of each token's int8 activations (exact in fp32)
-  std::int64_t row_bytes;         // bytes of one packed row (k_padded / 2)
-  std::int64_t groups;            // G
-  std::int64_t chunks_per_group;  // group_size / (2 CB), or all chunks when G = 1
-  std::int64_t chunks;            // ceil(row_bytes / CB)
+  const std::uint8_t* rows[std::size_t{NR}];
+  const std::uint8_t* prefetch[std::size_t{NR}];  // the next row block (see w4_tile_args), or null
+  const Scale* scales[std::size_t{NR}];
+  const std::int16_t* zeros[std::size_t{NR}];
+  const std::int8_t* xa[std::size_t{MB}];  // reordered activations of each token
+  const float* asum[std::size_t{MB}];      // per-group sums of each token's int8 activations (exact in fp32)
+  std::int64_t row_bytes;                  // bytes of one packed row (k_padded / 2)
+  std::int64_t groups;                     // G
+  std::int64_t chunks_per_group;           // group_size / (2 CB), or all chunks when G = 1
+  std::int64_t chunks;                     // ceil(row_bytes / CB)
 };
 
 /// Reordered position of element i of a row for chunks of `chunk_bytes` (16, 32 or 64). O(1).
@@ -52,7 +52,8 @@ constexpr std::int64_t w4a8_position(std::int64_t i, std::int64_t chunk_bytes) n
 
 /// Plain C++ (CB = 16: natural order). The zero-point term is subtracted per group.
 template <int NR, int MB, class Scale>
-void w4a8_tile_portable(const w4a8_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+void w4a8_tile_portable(const w4a8_tile_args<NR, MB, Scale>& a,
+                        float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
   for (int r = 0; r < NR; ++r)
     for (int m = 0; m < MB; ++m) out[r][m] = 0.0f;
   for (std::int64_t g = 0; g < a.groups; ++g) {
@@ -205,14 +206,14 @@ WEFT_QUANT_VNNI_TARGET inline __m512 zero_term_avx512(const Scale* scales, const
 /// AVX-512 VNNI tile: CB-byte loads of NR rows, vpdpbusd against MB tokens, int32 per group.
 template <int CB, int NR, int MB, class Scale>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c"))) void w4a8_tile_vnni(
-    const w4a8_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+    const w4a8_tile_args<NR, MB, Scale>& a, float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
   using ops = vnni_ops<CB>;
   using vi = typename ops::vi;
   // Local copies keep the pointers in registers across the loops.
-  const std::uint8_t* rows[NR];
-  const std::uint8_t* prefetch[NR];
-  const Scale* scales[NR];
-  const std::int8_t* xa[MB];
+  const std::uint8_t* rows[std::size_t{NR}];
+  const std::uint8_t* prefetch[std::size_t{NR}];
+  const Scale* scales[std::size_t{NR}];
+  const std::int8_t* xa[std::size_t{MB}];
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r) {
     rows[r] = a.rows[r];
@@ -223,7 +224,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c"))) void w4
   for (int m = 0; m < MB; ++m) xa[m] = a.xa[m];
   const bool fetch = prefetch[0] != nullptr;
   const std::int64_t whole = a.row_bytes / CB, chunks = a.chunks, per_group = a.chunks_per_group;
-  typename ops::vf total[NR][MB];
+  typename ops::vf total[std::size_t{NR}][std::size_t{MB}];
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -231,7 +232,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c"))) void w4
   const vi mask = ops::nibbles();
   std::int64_t c = 0;
   for (std::int64_t g = 0; g < a.groups; ++g) {
-    vi acc[NR][MB];
+    vi acc[std::size_t{NR}][std::size_t{MB}];
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -332,17 +333,17 @@ struct avx2_ops<16> {
 /// AVX2 tile: the VNNI tile's structure with vpmaddubsw + vpmaddwd for the dot products.
 template <int CB, int NR, int MB, class Scale>
 __attribute__((target("avx2,fma,f16c"))) void w4a8_tile_avx2(const w4a8_tile_args<NR, MB, Scale>& a,
-                                                             float (&out)[NR][MB]) noexcept {
+                                                             float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
   using ops = avx2_ops<CB>;
-  typename ops::vf total[NR][MB];
-  float correction[NR][MB] = {};
+  typename ops::vf total[std::size_t{NR}][std::size_t{MB}];
+  float correction[std::size_t{NR}][std::size_t{MB}] = {};
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
     for (int m = 0; m < MB; ++m) total[r][m] = ops::zero_f();
   const typename ops::vi mask = ops::nibbles();
   for (std::int64_t g = 0; g < a.groups; ++g) {
-    typename ops::vi acc[NR][MB];
+    typename ops::vi acc[std::size_t{NR}][std::size_t{MB}];
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 16
@@ -384,7 +385,8 @@ __attribute__((target("avx2,fma,f16c"))) void w4a8_tile_avx2(const w4a8_tile_arg
 
 /// Runs the tile on `path` (already resolved and supported) with chunks of `chunk_bytes`.
 template <int NR, int MB, class Scale>
-void w4a8_tile(isa path, int chunk_bytes, const w4a8_tile_args<NR, MB, Scale>& a, float (&out)[NR][MB]) noexcept {
+void w4a8_tile(isa path, int chunk_bytes, const w4a8_tile_args<NR, MB, Scale>& a,
+               float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
 #if WEFT_QUANT_X86
   if (path == isa::avx512_vnni) {
     if (chunk_bytes == 64) return w4a8_tile_vnni<64>(a, out);

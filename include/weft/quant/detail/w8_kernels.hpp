@@ -77,7 +77,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void w8_tile_vnn
     const std::uint8_t* a, std::int64_t lda, const std::int8_t* panels, std::int64_t panel_stride, std::int64_t k_steps,
     const std::int32_t* correction, Out* out, std::int64_t ldo, std::int64_t rows, std::int64_t cols,
     const float* a_scales, const float* w_scales) noexcept {
-  __m512i acc[MR][NV];
+  __m512i acc[std::size_t{MR}][std::size_t{NV}];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
     const __m512i start = _mm512_loadu_si512(correction + v * 16);
@@ -85,7 +85,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void w8_tile_vnn
     for (int i = 0; i < MR; ++i) acc[i][v] = start;
   }
   for (std::int64_t s = 0; s < k_steps; ++s) {
-    __m512i w[NV];
+    __m512i w[std::size_t{NV}];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) w[v] = _mm512_loadu_si512(panels + v * panel_stride + s * 64);
 #pragma GCC unroll 32
