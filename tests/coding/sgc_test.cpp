@@ -212,6 +212,13 @@ TEST_CASE("parameters outside the paper's constraints are clear errors", "[codin
   CHECK_NOTHROW(m.end_round({}));  // the round stayed open after the bad calls
   CHECK_THROWS_WITH(m.end_round({}), Contains("no round is open"));
   CHECK_THROWS_WITH(m.tolerates(out_of_range), Contains("out of range"));
+  // Accessors name the bad index with weft::error (std::out_of_range never escapes).
+  CHECK_THROWS_AS(m.piece_partitions(4, 0), weft::error);
+  CHECK_THROWS_WITH(m.piece_partitions(4, 0), Contains("worker 4 is out of range (size 4)"));
+  CHECK_THROWS_WITH(m.piece_coefficients(0, m.n_pieces()), Contains("piece") && Contains("out of range"));
+  auto sr = make_sr_sgc({4, 1, 2, 1});
+  CHECK_THROWS_WITH(sr.piece_partitions(9, 0), Contains("worker 9 is out of range"));
+  CHECK_THROWS_WITH(sr.piece_coefficients(9, 0), Contains("worker 9 is out of range"));
 }
 
 TEST_CASE("normalized loads are the paper's formulas", "[coding][sgc]") {

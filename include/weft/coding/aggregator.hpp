@@ -38,11 +38,11 @@ struct aggregate_report {
 template <gradient_code Code, coded_channel Channel>
 result<aggregate_report> aggregate(const Code& code, Channel& channel, std::uint64_t step, std::span<float> out,
                                    std::chrono::steady_clock::time_point deadline, std::size_t wait_for = 0) {
-  constexpr const char* ctx = "weft::coding::aggregate";
+  constexpr const char* where = "weft::coding::aggregate";
   const auto start = std::chrono::steady_clock::now();
   const std::size_t n = code.n_workers();
   if (wait_for == 0) wait_for = n - code.stragglers();
-  expects(wait_for <= n, errc::invalid_argument, ctx, "wait_for = ", wait_for, " exceeds n = ", n);
+  expects(wait_for <= n, errc::invalid_argument, where, "wait_for = ", wait_for, " exceeds n = ", n);
   aggregate_report report;
   std::vector<std::vector<float>> payload(n);
   std::vector<char> arrived(n, 0);
@@ -55,13 +55,13 @@ result<aggregate_report> aggregate(const Code& code, Channel& channel, std::uint
   while (!dec) {
     auto m = channel.receive(deadline);
     if (!m)
-      return fail(errc::timeout, ctx, ": step ", step, " timed out with ", have.size(), " of ", n,
+      return fail(errc::timeout, where, ": step ", step, " timed out with ", have.size(), " of ", n,
                   " workers arrived; needed a decodable set (", wait_for, " for this code)");
     if (m->step != step || m->worker >= n || arrived[m->worker]) {
       ++report.stale_dropped;
       continue;
     }
-    expects(m->payload.size() == out.size(), errc::invalid_argument, ctx, "worker ", m->worker, " sent ",
+    expects(m->payload.size() == out.size(), errc::invalid_argument, where, "worker ", m->worker, " sent ",
             m->payload.size(), " elements for step ", step, ", expected ", out.size());
     arrived[m->worker] = 1;
     payload[m->worker] = std::move(m->payload);

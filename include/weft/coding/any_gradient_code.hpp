@@ -85,17 +85,18 @@ static_assert(gradient_code<any_gradient_code>);
 /// lists the known ones) and whatever the named code's factory throws for n and s.
 inline any_gradient_code make_gradient_code(std::string_view name, std::size_t n, std::size_t s,
                                             std::uint64_t seed = 1) {
-  constexpr const char* ctx = "weft::coding::make_gradient_code";
+  constexpr const char* where = "weft::coding::make_gradient_code";
   if (name == "fractional") return fractional_repetition(n, s);
   if (name == "cyclic") return cyclic_repetition(n, s);
   if (name == "cyclic-random") return cyclic_repetition(n, s, cyclic_construction::random, seed);
   if (name == "hybrid") return hybrid_repetition(n, s);
   if (name == "approximate") return approximate_code(n, s + 1, seed);
   if (name == "uncoded" || name == "ignore") {
-    expects(s == 0, errc::invalid_argument, ctx, "code '", std::string(name), "' tolerates no stragglers; got s = ", s);
+    expects(s == 0, errc::invalid_argument, where, "code '", std::string(name),
+            "' tolerates no stragglers; got s = ", s);
     return name == "uncoded" ? uncoded(n) : ignore_stragglers(n);
   }
-  weft::detail::raise(errc::invalid_argument, ctx, "unknown code '", std::string(name),
+  weft::detail::raise(errc::invalid_argument, where, "unknown code '", std::string(name),
                       "' (known: fractional, cyclic, cyclic-random, hybrid, approximate, uncoded, ignore)");
 }
 

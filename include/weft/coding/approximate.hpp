@@ -23,9 +23,9 @@ namespace weft::coding {
 /// weft::error(invalid_argument) naming n and d when d is 0 or > n. Expected O(n d) draws plus
 /// O(n^2) to fill B.
 inline linear_code approximate_code(std::size_t n, std::size_t d, std::uint64_t seed = 1) {
-  constexpr const char* ctx = "weft::coding::approximate_code";
-  expects(n > 0, errc::invalid_argument, ctx, "n must be positive, got 0");
-  expects(d >= 1 && d <= n, errc::invalid_argument, ctx, "degree d = ", d, " must be in [1, n = ", n, "]");
+  constexpr const char* where = "weft::coding::approximate_code";
+  expects(n > 0, errc::invalid_argument, where, "n must be positive, got 0");
+  expects(d >= 1 && d <= n, errc::invalid_argument, where, "degree d = ", d, " must be in [1, n = ", n, "]");
   detail::rng gen(seed);
   std::vector<std::vector<std::size_t>> assignment(n);
   std::vector<std::size_t> perm(n);

@@ -46,12 +46,12 @@ class adaptive_backup {
   /// finished). Throws weft::error(invalid_argument) when the count differs from earlier steps or
   /// a time is negative or NaN; the window is unchanged then.
   void observe(std::span<const double> latencies) {
-    constexpr const char* ctx = "weft::coding::adaptive_backup::observe";
-    expects(!latencies.empty(), errc::invalid_argument, ctx, "no latencies given");
-    expects(history_.empty() || history_.front().size() == latencies.size(), errc::invalid_argument, ctx, "got ",
+    constexpr const char* where = "weft::coding::adaptive_backup::observe";
+    expects(!latencies.empty(), errc::invalid_argument, where, "no latencies given");
+    expects(history_.empty() || history_.front().size() == latencies.size(), errc::invalid_argument, where, "got ",
             latencies.size(), " latencies, earlier steps had ", history_.empty() ? 0 : history_.front().size());
     for (std::size_t i = 0; i < latencies.size(); ++i)
-      expects(latencies[i] >= 0.0, errc::invalid_argument, ctx, "latency of worker ", i, " is ", latencies[i],
+      expects(latencies[i] >= 0.0, errc::invalid_argument, where, "latency of worker ", i, " is ", latencies[i],
               "; must be >= 0");
     std::vector<double> sorted(latencies.begin(), latencies.end());
     std::sort(sorted.begin(), sorted.end());

@@ -43,13 +43,13 @@ inline void weighted_sum(std::span<const double> weights, std::span<const std::s
 template <gradient_code Code>
 void encode(const Code& code, std::size_t worker, std::span<const std::span<const float>> partials,
             std::span<float> out) {
-  constexpr const char* ctx = "weft::coding::encode";
+  constexpr const char* where = "weft::coding::encode";
   const auto held = code.assignment(worker);
-  expects(partials.size() == held.size(), errc::invalid_argument, ctx, "worker ", worker, " holds ", held.size(),
+  expects(partials.size() == held.size(), errc::invalid_argument, where, "worker ", worker, " holds ", held.size(),
           " partitions but ", partials.size(), " partial gradients were given");
   std::vector<double> w(held.size());
   for (std::size_t p = 0; p < held.size(); ++p) {
-    expects(partials[p].size() == out.size(), errc::invalid_argument, ctx, "partial gradient ", p, " has ",
+    expects(partials[p].size() == out.size(), errc::invalid_argument, where, "partial gradient ", p, " has ",
             partials[p].size(), " elements, output has ", out.size());
     w[p] = static_cast<double>(code.coefficient(worker, held[p]));
   }
@@ -60,11 +60,11 @@ void encode(const Code& code, std::size_t worker, std::span<const std::span<cons
 /// of worker d.survivors[i]. Throws weft::error(invalid_argument) naming the sizes on a mismatch.
 /// Thread-safe. O(|F| * d).
 inline void decode(const decoder& d, std::span<const std::span<const float>> messages, std::span<float> out) {
-  constexpr const char* ctx = "weft::coding::decode";
-  expects(messages.size() == d.weights.size(), errc::invalid_argument, ctx, "decoder has ", d.weights.size(),
+  constexpr const char* where = "weft::coding::decode";
+  expects(messages.size() == d.weights.size(), errc::invalid_argument, where, "decoder has ", d.weights.size(),
           " survivors but ", messages.size(), " messages were given");
   for (std::size_t i = 0; i < messages.size(); ++i)
-    expects(messages[i].size() == out.size(), errc::invalid_argument, ctx, "message ", i, " (worker ", d.survivors[i],
+    expects(messages[i].size() == out.size(), errc::invalid_argument, where, "message ", i, " (worker ", d.survivors[i],
             ") has ", messages[i].size(), " elements, output has ", out.size());
   detail::weighted_sum(d.weights, messages, out);
 }

@@ -89,15 +89,15 @@ class coded_allreduce {
   /// group size, dim is 0, the coordinator is not a rank, patience is negative or timeout not positive.
   coded_allreduce(T& transport, Code code, std::size_t dim, coded_allreduce_options options = {})
       : t_(transport), code_(std::move(code)), dim_(dim), opt_(options) {
-    constexpr const char* ctx = "weft::coding::coded_allreduce";
+    constexpr const char* where = "weft::coding::coded_allreduce";
     n_ = static_cast<std::size_t>(t_.size());
     rank_ = static_cast<std::size_t>(t_.rank());
-    expects(code_.n_workers() == n_, errc::invalid_argument, ctx, "the code has n = ", code_.n_workers(),
+    expects(code_.n_workers() == n_, errc::invalid_argument, where, "the code has n = ", code_.n_workers(),
             " workers but the group has ", n_, " ranks (worker w is rank w)");
-    expects(dim_ > 0, errc::invalid_argument, ctx, "dim must be positive");
-    expects(opt_.coordinator >= 0 && static_cast<std::size_t>(opt_.coordinator) < n_, errc::invalid_argument, ctx,
+    expects(dim_ > 0, errc::invalid_argument, where, "dim must be positive");
+    expects(opt_.coordinator >= 0 && static_cast<std::size_t>(opt_.coordinator) < n_, errc::invalid_argument, where,
             "coordinator ", opt_.coordinator, " is not a rank of the group of ", n_);
-    expects(opt_.patience.count() >= 0 && opt_.timeout.count() > 0, errc::invalid_argument, ctx,
+    expects(opt_.patience.count() >= 0 && opt_.timeout.count() > 0, errc::invalid_argument, where,
             "patience must be >= 0 and timeout positive, got ", opt_.patience.count(), " us and ", opt_.timeout.count(),
             " ms");
     words_ = (n_ + 63) / 64;
@@ -127,8 +127,8 @@ class coded_allreduce {
   /// allreduce or result does not arrive, in time; the transport's errors (peer_failure, aborted)
   /// as they come. A peer that fails before the decision is never a survivor.
   coded_allreduce_report reduce(std::span<const float> message, std::span<float> out) {
-    constexpr const char* ctx = "weft::coding::coded_allreduce::reduce";
-    expects(message.size() == dim_ && out.size() == dim_, errc::invalid_argument, ctx, "message has ", message.size(),
+    constexpr const char* where = "weft::coding::coded_allreduce::reduce";
+    expects(message.size() == dim_ && out.size() == dim_, errc::invalid_argument, where, "message has ", message.size(),
             " and out ", out.size(), " floats; the group carries dim = ", dim_);
     const std::uint64_t step = next_step_++;
     const auto start = weft::comm::clock_type::now();
@@ -140,7 +140,7 @@ class coded_allreduce {
     decision d;
     if (is_coordinator()) {
       mark_ready(step, rank_);
-      d = local_decision(step, decision_until, ctx);
+      d = local_decision(step, decision_until, where);
     } else {
       {
         std::lock_guard gate(gate_);
@@ -148,14 +148,14 @@ class coded_allreduce {
       }
       // Not under the gate: this rank's service thread may have to answer a late rank meanwhile,
       // and that late rank may be the one the next decision waits for.
-      d = remote_decision(step, decision_until, ctx);
+      d = remote_decision(step, decision_until, where);
     }
     rep.agree = weft::comm::clock_type::now() - start;
-    expects(d.ok, errc::timeout, ctx, "rank ", rank_, ": step ", step, " found no decodable set within ",
+    expects(d.ok, errc::timeout, where, "rank ", rank_, ": step ", step, " found no decodable set within ",
             opt_.timeout.count(), " ms (", d.survivors.size(), " of ", n_, " ranks were ready)");
     rep.survivors = d.survivors;
     const auto dec = code_.try_decoder(d.survivors);
-    expects(dec != nullptr, errc::precondition, ctx, "the code cannot decode the agreed survivor set");
+    expects(dec != nullptr, errc::precondition, where, "the code cannot decode the agreed survivor set");
     rep.residual = dec->residual;
     const auto reduce_start = weft::comm::clock_type::now();
     const auto until = reduce_start + opt_.timeout;
@@ -176,7 +176,7 @@ class coded_allreduce {
       }
       if (opt_.forward_to_excluded && d.survivors.front() == rank_ && d.survivors.size() < n_) keep(step, out, d);
     } else if (opt_.forward_to_excluded) {
-      fetch(step, static_cast<int>(d.survivors.front()), out, until, ctx);
+      fetch(step, static_cast<int>(d.survivors.front()), out, until, where);
     }
     rep.reduce = weft::comm::clock_type::now() - reduce_start;
     return rep;
@@ -242,10 +242,10 @@ class coded_allreduce {
     cv_.notify_all();
   }
 
-  decision local_decision(std::uint64_t step, weft::comm::deadline until, const char* ctx) {
+  decision local_decision(std::uint64_t step, weft::comm::deadline until, const char* where) {
     std::unique_lock lock(mu_);
     const bool got = cv_.wait_until(lock, until, [&] { return local_.count(step) > 0; });
-    expects(got, errc::timeout, ctx, "rank ", rank_, ": no decision for step ", step, " within ",
+    expects(got, errc::timeout, where, "rank ", rank_, ": no decision for step ", step, " within ",
             2 * opt_.timeout.count(), " ms");
     decision d = std::move(local_.at(step));
     local_.erase(step);
@@ -324,14 +324,14 @@ class coded_allreduce {
 
   // --- every rank ----------------------------------------------------------------------------
 
-  decision remote_decision(std::uint64_t step, weft::comm::deadline until, const char* ctx) {
+  decision remote_decision(std::uint64_t step, weft::comm::deadline until, const char* where) {
     std::vector<std::byte> buf(decision_bytes());
     t_.recv(opt_.coordinator, decision_tag(), buf, until);
     std::uint64_t got = 0, ok = 0;
     std::memcpy(&got, buf.data(), sizeof got);
     std::memcpy(&ok, buf.data() + sizeof got, sizeof ok);
     // Decisions go out in step order and this rank asks in step order, so the next one is ours.
-    expects(got == step, errc::mismatch, ctx, "rank ", rank_, " expected the decision of step ", step,
+    expects(got == step, errc::mismatch, where, "rank ", rank_, " expected the decision of step ", step,
             " but the coordinator sent step ", got);
     std::vector<std::uint64_t> bits(words_);
     std::memcpy(bits.data(), buf.data() + 2 * sizeof got, words_ * sizeof(std::uint64_t));
@@ -345,7 +345,7 @@ class coded_allreduce {
   // An excluded rank asks the first survivor for the result and polls for the notice that it is
   // coming (releasing the gate in between, so this rank's service thread keeps working: when this
   // rank coordinates, the survivor's caller may be waiting for its next decision), then receives it.
-  void fetch(std::uint64_t step, int first, std::span<float> out, weft::comm::deadline until, const char* ctx) {
+  void fetch(std::uint64_t step, int first, std::span<float> out, weft::comm::deadline until, const char* where) {
     {
       std::lock_guard gate(gate_);
       t_.send(first, notice(step, pull_kind), {}, until);
@@ -358,7 +358,7 @@ class coded_allreduce {
           return;
         }
       }
-      expects(weft::comm::clock_type::now() < until + opt_.timeout, errc::timeout, ctx, "rank ", rank_,
+      expects(weft::comm::clock_type::now() < until + opt_.timeout, errc::timeout, where, "rank ", rank_,
               ": the result of step ", step, " did not come from rank ", first, " in time");
       std::this_thread::sleep_for(spin);
     }

@@ -167,9 +167,9 @@ inline std::vector<std::vector<std::size_t>> cyclic_assignment(std::size_t n, st
 inline linear_code cyclic_repetition(std::size_t n, std::size_t s,
                                      cyclic_construction construction = cyclic_construction::mds,
                                      std::uint64_t seed = 1) {
-  constexpr const char* ctx = "weft::coding::cyclic_repetition";
-  expects(n > 0, errc::invalid_argument, ctx, "n must be positive, got 0");
-  expects(s < n, errc::invalid_argument, ctx, "s = ", s, " stragglers must be < n = ", n, " workers");
+  constexpr const char* where = "weft::coding::cyclic_repetition";
+  expects(n > 0, errc::invalid_argument, where, "n must be positive, got 0");
+  expects(s < n, errc::invalid_argument, where, "s = ", s, " stragglers must be < n = ", n, " workers");
   coefficient_matrix b = construction == cyclic_construction::mds
                              ? detail::mds_columns(detail::trig_generator(n, n - s), s)
                              : detail::tandon_random_rows(n, s, seed);
@@ -188,9 +188,9 @@ inline linear_code cyclic_repetition(std::size_t n, std::size_t s,
 /// 14). Equals fractional repetition, up to scale, when (s+1) | n. weft's own design; see
 /// docs/coding.md for the measured condition numbers. Throws like cyclic_repetition. O(n^4).
 inline linear_code hybrid_repetition(std::size_t n, std::size_t s) {
-  constexpr const char* ctx = "weft::coding::hybrid_repetition";
-  expects(n > 0, errc::invalid_argument, ctx, "n must be positive, got 0");
-  expects(s < n, errc::invalid_argument, ctx, "s = ", s, " stragglers must be < n = ", n, " workers");
+  constexpr const char* where = "weft::coding::hybrid_repetition";
+  expects(n > 0, errc::invalid_argument, where, "n must be positive, got 0");
+  expects(s < n, errc::invalid_argument, where, "s = ", s, " stragglers must be < n = ", n, " workers");
   const std::size_t groups = n / (s + 1);
   coefficient_matrix b(n, n);
   std::vector<std::vector<std::size_t>> assignment(n);

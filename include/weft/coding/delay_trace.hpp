@@ -31,15 +31,15 @@ class delay_trace {
   /// (round, worker) of a negative, NaN or infinite delay.
   delay_trace(std::size_t rounds, std::size_t n_workers, std::vector<double> seconds, double reference_load = 0.0)
       : rounds_(rounds), n_(n_workers), reference_load_(reference_load), seconds_(std::move(seconds)) {
-    constexpr const char* ctx = "weft::coding::delay_trace";
-    expects(rounds > 0 && n_workers > 0, errc::invalid_argument, ctx, "a trace needs rounds and workers, got ", rounds,
-            " x ", n_workers);
-    expects(seconds_.size() == checked_product<std::size_t>(ctx, rounds, n_workers), errc::invalid_argument, ctx,
+    constexpr const char* where = "weft::coding::delay_trace";
+    expects(rounds > 0 && n_workers > 0, errc::invalid_argument, where, "a trace needs rounds and workers, got ",
+            rounds, " x ", n_workers);
+    expects(seconds_.size() == checked_product<std::size_t>(where, rounds, n_workers), errc::invalid_argument, where,
             "expected rounds * workers = ", rounds, " * ", n_workers, " delays, got ", seconds_.size());
-    expects(std::isfinite(reference_load) && reference_load >= 0, errc::invalid_argument, ctx,
+    expects(std::isfinite(reference_load) && reference_load >= 0, errc::invalid_argument, where,
             "reference load must be finite and >= 0, got ", reference_load);
     for (std::size_t i = 0; i < seconds_.size(); ++i)
-      expects(std::isfinite(seconds_[i]) && seconds_[i] >= 0, errc::invalid_argument, ctx, "delay of round ",
+      expects(std::isfinite(seconds_[i]) && seconds_[i] >= 0, errc::invalid_argument, where, "delay of round ",
               i / n_workers, ", worker ", i % n_workers, " is ", seconds_[i], "; delays must be finite and >= 0");
   }
 
@@ -74,15 +74,15 @@ struct gilbert_elliott_params {
 /// or a negative time. O(n rounds).
 inline delay_trace gilbert_elliott_trace(std::size_t n, std::size_t rounds, const gilbert_elliott_params& p,
                                          std::uint64_t seed) {
-  constexpr const char* ctx = "weft::coding::gilbert_elliott_trace";
+  constexpr const char* where = "weft::coding::gilbert_elliott_trace";
   expects(p.p_good_to_bad >= 0 && p.p_good_to_bad <= 1 && p.p_bad_to_good > 0 && p.p_bad_to_good <= 1,
-          errc::invalid_argument, ctx, "transition probabilities must be in [0, 1] (and P[bad->good] > 0), got ",
+          errc::invalid_argument, where, "transition probabilities must be in [0, 1] (and P[bad->good] > 0), got ",
           p.p_good_to_bad, " and ", p.p_bad_to_good);
-  expects(p.base_seconds > 0 && p.jitter_cv >= 0 && p.bad_extra >= 0, errc::invalid_argument, ctx,
+  expects(p.base_seconds > 0 && p.jitter_cv >= 0 && p.bad_extra >= 0, errc::invalid_argument, where,
           "times must be positive, got base ", p.base_seconds, ", jitter cv ", p.jitter_cv, ", bad extra ",
           p.bad_extra);
   rng gen(seed);
-  std::vector<double> s(checked_product<std::size_t>(ctx, n, rounds));
+  std::vector<double> s(checked_product<std::size_t>(where, n, rounds));
   std::vector<char> bad(n);
   const double stationary_bad = p.p_good_to_bad / (p.p_good_to_bad + p.p_bad_to_good);
   for (auto& b : bad) b = gen.bernoulli(stationary_bad) ? 1 : 0;
@@ -119,16 +119,16 @@ struct lambda_profile_params {
 /// weft::error(invalid_argument) naming a probability outside [0, 1] or a negative time. O(n rounds).
 inline delay_trace lambda_profile_trace(std::size_t n, std::size_t rounds, const lambda_profile_params& p,
                                         std::uint64_t seed) {
-  constexpr const char* ctx = "weft::coding::lambda_profile_trace";
+  constexpr const char* where = "weft::coding::lambda_profile_trace";
   expects(p.p_min >= 0 && p.p_min <= p.p_max && p.p_max <= 1 && p.p_again >= 0 && p.p_again <= 1 &&
               p.tail_probability >= 0 && p.tail_probability <= 1,
-          errc::invalid_argument, ctx, "probabilities must satisfy 0 <= p_min <= p_max <= 1 and lie in [0, 1], got ",
+          errc::invalid_argument, where, "probabilities must satisfy 0 <= p_min <= p_max <= 1 and lie in [0, 1], got ",
           p.p_min, ", ", p.p_max, ", ", p.p_again, ", ", p.tail_probability);
   expects(p.base_seconds > 0 && p.jitter_cv >= 0 && p.slow_min >= 0 && p.slow_min <= p.slow_max && p.tail_seconds >= 0,
-          errc::invalid_argument, ctx, "times must be >= 0 with slow_min <= slow_max, got base ", p.base_seconds,
+          errc::invalid_argument, where, "times must be >= 0 with slow_min <= slow_max, got base ", p.base_seconds,
           ", slow ", p.slow_min, "..", p.slow_max, ", tail ", p.tail_seconds);
   rng gen(seed);
-  std::vector<double> s(checked_product<std::size_t>(ctx, n, rounds));
+  std::vector<double> s(checked_product<std::size_t>(where, n, rounds));
   std::vector<char> slow(n, 0);
   for (std::size_t r = 0; r < rounds; ++r) {
     const double p_round = gen.uniform(p.p_min, p.p_max);

@@ -16,10 +16,10 @@ namespace weft::coding {
 /// decoding is as accurate as a plain sum. Throws weft::error(invalid_argument) naming n and s when
 /// s >= n or (s+1) does not divide n. O(n^2).
 inline linear_code fractional_repetition(std::size_t n, std::size_t s) {
-  constexpr const char* ctx = "weft::coding::fractional_repetition";
-  expects(n > 0, errc::invalid_argument, ctx, "n must be positive, got 0");
-  expects(s < n, errc::invalid_argument, ctx, "s = ", s, " stragglers must be < n = ", n, " workers");
-  expects(n % (s + 1) == 0, errc::invalid_argument, ctx, "fractional repetition needs (s+1) | n, but s+1 = ", s + 1,
+  constexpr const char* where = "weft::coding::fractional_repetition";
+  expects(n > 0, errc::invalid_argument, where, "n must be positive, got 0");
+  expects(s < n, errc::invalid_argument, where, "s = ", s, " stragglers must be < n = ", n, " workers");
+  expects(n % (s + 1) == 0, errc::invalid_argument, where, "fractional repetition needs (s+1) | n, but s+1 = ", s + 1,
           " does not divide n = ", n, " (use cyclic_repetition or hybrid_repetition)");
   coefficient_matrix b(n, n);
   std::vector<std::vector<std::size_t>> assignment(n);

@@ -7,6 +7,7 @@
 #include <weft/coding/concepts.hpp>
 #include <weft/coding/sequential_round.hpp>
 #include <weft/coding/straggler_model.hpp>
+#include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
 
 #include <cstddef>
@@ -49,10 +50,12 @@ class gc_scheme {
   std::size_t n_pieces() const noexcept { return 1; }
   /// The partitions piece 0 of worker combines and their coefficients (the code's row).
   std::span<const std::size_t> piece_partitions(std::size_t worker, std::size_t /*piece*/) const {
-    return pieces_.at(worker);
+    check_index(worker, pieces_.size(), "weft::coding::gc_scheme::piece_partitions", "worker");
+    return pieces_[worker];
   }
   std::span<const double> piece_coefficients(std::size_t worker, std::size_t /*piece*/) const {
-    return coefficients_.at(worker);
+    check_index(worker, coefficients_.size(), "weft::coding::gc_scheme::piece_coefficients", "worker");
+    return coefficients_[worker];
   }
 
   std::uint64_t round() const noexcept { return round_; }
@@ -81,9 +84,9 @@ class gc_scheme {
   /// straggler out of range or repeated (the round stays open), weft::error(precondition) outside a
   /// round.
   sequential_round_report end_round(std::span<const std::size_t> stragglers) {
-    constexpr const char* ctx = "weft::coding::gc_scheme::end_round";
-    expects(open_, errc::precondition, ctx, "no round is open; call begin_round first");
-    detail::check_worker_set(stragglers, n_workers(), ctx, scratch_);
+    constexpr const char* where = "weft::coding::gc_scheme::end_round";
+    expects(open_, errc::precondition, where, "no round is open; call begin_round first");
+    detail::check_worker_set(stragglers, n_workers(), where, scratch_);
     sequential_round_report out;
     out.round = round_;
     if (started_) {
@@ -94,8 +97,8 @@ class gc_scheme {
         decoded_job d{round_, round_, {}};
         if (opt_.build_decoders) {
           const auto dec = code_.try_decoder(have);
-          expects(dec != nullptr, errc::precondition, ctx, "the code cannot decode ", have.size(), " of ", n_workers(),
-                  " workers although it claims to tolerate s = ", code_.stragglers(), " stragglers");
+          expects(dec != nullptr, errc::precondition, where, "the code cannot decode ", have.size(), " of ",
+                  n_workers(), " workers although it claims to tolerate s = ", code_.stragglers(), " stragglers");
           for (std::size_t i = 0; i < dec->survivors.size(); ++i)
             d.terms.push_back({dec->survivors[i], 0, dec->weights[i]});
         }

@@ -128,27 +128,27 @@ class linear_code {
         kind_(kind),
         tolerance_(tolerance),
         cache_(std::make_shared<detail::decoder_cache>(default_cache_capacity)) {
-    constexpr const char* ctx = "weft::coding::linear_code::linear_code";
+    constexpr const char* where = "weft::coding::linear_code::linear_code";
     const std::size_t n = b_.rows();
     const std::size_t k = b_.cols();
-    expects(n > 0 && k > 0, errc::invalid_argument, ctx, "B must be non-empty, got ", n, " x ", k);
-    expects(s_ < n, errc::invalid_argument, ctx, "s = ", s_, " stragglers must be < n = ", n, " workers");
-    expects(assignment_.size() == n, errc::invalid_argument, ctx, "assignment has ", assignment_.size(),
+    expects(n > 0 && k > 0, errc::invalid_argument, where, "B must be non-empty, got ", n, " x ", k);
+    expects(s_ < n, errc::invalid_argument, where, "s = ", s_, " stragglers must be < n = ", n, " workers");
+    expects(assignment_.size() == n, errc::invalid_argument, where, "assignment has ", assignment_.size(),
             " rows, expected one per worker (n = ", n, ")");
-    expects(tolerance_ > 0, errc::invalid_argument, ctx, "tolerance must be positive, got ", tolerance_);
+    expects(tolerance_ > 0, errc::invalid_argument, where, "tolerance must be positive, got ", tolerance_);
     for (std::size_t i = 0; i < n; ++i) {
       std::vector<char> held(k, 0);
       for (std::size_t j : assignment_[i]) {
-        expects(j < k, errc::invalid_argument, ctx, "worker ", i, " is assigned partition ", j,
+        expects(j < k, errc::invalid_argument, where, "worker ", i, " is assigned partition ", j,
                 " but there are only k = ", k, " partitions");
         held[j] = 1;
       }
       for (std::size_t j = 0; j < k; ++j)
-        expects(held[j] || b_(i, j) == 0.0, errc::invalid_argument, ctx, "B(", i, ", ", j, ") = ", b_(i, j),
+        expects(held[j] || b_(i, j) == 0.0, errc::invalid_argument, where, "B(", i, ", ", j, ") = ", b_(i, j),
                 " but worker ", i, " does not hold partition ", j);
     }
     for (double v : b_.data())
-      expects(std::isfinite(v), errc::invalid_argument, ctx, "B has a non-finite coefficient ", v);
+      expects(std::isfinite(v), errc::invalid_argument, where, "B has a non-finite coefficient ", v);
   }
 
   const std::string& name() const noexcept { return name_; }
@@ -192,16 +192,16 @@ class linear_code {
   /// code is given fewer than n - s survivors, and weft::error(precondition) with the residual when
   /// the set cannot decode. Thread-safe; cached like try_decoder.
   std::shared_ptr<const decoder> decoder_for(std::span<const std::size_t> survivors) const {
-    constexpr const char* ctx = "weft::coding::linear_code::decoder_for";
+    constexpr const char* where = "weft::coding::linear_code::decoder_for";
     survivor_set f(survivors, n_workers());
     if (kind_ == code_kind::exact)
-      expects(f.size() + s_ >= n_workers(), errc::invalid_argument, ctx, "survivor set has ", f.size(),
+      expects(f.size() + s_ >= n_workers(), errc::invalid_argument, where, "survivor set has ", f.size(),
               " workers; code '", name_, "' with n = ", n_workers(), ", s = ", s_,
               " needs at least n - s = ", n_workers() - s_);
     else
-      expects(f.size() > 0, errc::invalid_argument, ctx, "survivor set is empty");
+      expects(f.size() > 0, errc::invalid_argument, where, "survivor set is empty");
     auto d = cache_->get(f.bitmask(), [&] { return detail::solve_decoder(b_, f, tolerance_); });
-    expects(kind_ == code_kind::approximate || d->exact, errc::precondition, ctx, "code '", name_,
+    expects(kind_ == code_kind::approximate || d->exact, errc::precondition, where, "code '", name_,
             "' cannot decode this survivor set of ", f.size(), " workers: residual ", d->residual,
             " exceeds tolerance ", tolerance_, " (B does not meet the gradient-coding condition)");
     return d;

@@ -50,17 +50,17 @@ class m_sgc {
   /// or tolerates fewer than lambda.
   m_sgc(const bursty_straggler_model& model, std::optional<Code> d2_code, sequential_options options = {})
       : m_(checked(model)), opt_(options), history_(model) {
-    constexpr const char* ctx = "weft::coding::m_sgc";
-    detail::check_delay(opt_, delay(), ctx, "W - 2 + B");
+    constexpr const char* where = "weft::coding::m_sgc";
+    detail::check_delay(opt_, delay(), where, "W - 2 + B");
     const std::size_t n = m_.n_workers;
     d1_ = m_.window - 1;
     if (m_.lambda < n) {
-      expects(d2_code.has_value(), errc::invalid_argument, ctx, "lambda = ", m_.lambda, " < n = ", n,
+      expects(d2_code.has_value(), errc::invalid_argument, where, "lambda = ", m_.lambda, " < n = ", n,
               " needs a D2 gradient code for lambda stragglers");
       code_ = std::move(d2_code);
-      expects(code_->n_workers() == n, errc::invalid_argument, ctx, "the D2 code has n = ", code_->n_workers(),
+      expects(code_->n_workers() == n, errc::invalid_argument, where, "the D2 code has n = ", code_->n_workers(),
               " workers, the model n = ", n);
-      expects(code_->stragglers() >= m_.lambda, errc::invalid_argument, ctx,
+      expects(code_->stragglers() >= m_.lambda, errc::invalid_argument, where,
               "the D2 code tolerates s = ", code_->stragglers(), " stragglers, fewer than lambda = ", m_.lambda);
       groups_ = m_.burst;
       group_partitions_ = code_->n_partitions();
@@ -69,7 +69,7 @@ class m_sgc {
     // Partition layout of one job: D1 chunk (i, j) is partition i (W - 1) + j, as large as one D2
     // task (d2_load_ D2 partitions; 1 unit when there is no D2); then group g's partitions.
     chunk_size_ = groups_ > 0 ? static_cast<double>(d2_load_) : 1.0;
-    const std::size_t d1_parts = checked_product<std::size_t>(ctx, n, d1_);
+    const std::size_t d1_parts = checked_product<std::size_t>(where, n, d1_);
     n_partitions_ = d1_parts + groups_ * group_partitions_;
     pieces_.assign(n, std::vector<std::vector<std::size_t>>(d1_ + groups_));
     coefficients_.assign(n, std::vector<std::vector<double>>(d1_ + groups_));
@@ -107,12 +107,14 @@ class m_sgc {
     return static_cast<double>(m_.window - 1 + m_.burst) * chunk_size_ / total;
   }
   /// Piece j < W - 1 of worker i is its D1 chunk j (coefficient 1); piece W - 1 + g is its message of
-  /// D2 code g. Throws std::out_of_range past the end.
+  /// D2 code g. Throws errc::out_of_range past the end.
   std::span<const std::size_t> piece_partitions(std::size_t worker, std::size_t piece) const {
-    return pieces_.at(worker).at(piece);
+    check_piece(worker, piece, "weft::coding::m_sgc::piece_partitions");
+    return pieces_[worker][piece];
   }
   std::span<const double> piece_coefficients(std::size_t worker, std::size_t piece) const {
-    return coefficients_.at(worker).at(piece);
+    check_piece(worker, piece, "weft::coding::m_sgc::piece_coefficients");
+    return coefficients_[worker][piece];
   }
 
   std::uint64_t round() const noexcept { return round_; }
@@ -153,9 +155,9 @@ class m_sgc {
   /// Throws weft::error(invalid_argument) naming a straggler out of range or repeated (the round
   /// stays open), weft::error(precondition) outside a round.
   sequential_round_report end_round(std::span<const std::size_t> stragglers) {
-    constexpr const char* ctx = "weft::coding::m_sgc::end_round";
-    expects(open_, errc::precondition, ctx, "no round is open; call begin_round first");
-    detail::check_worker_set(stragglers, n_workers(), ctx, scratch_);
+    constexpr const char* where = "weft::coding::m_sgc::end_round";
+    expects(open_, errc::precondition, where, "no round is open; call begin_round first");
+    detail::check_worker_set(stragglers, n_workers(), where, scratch_);
     for (std::size_t w = 0; w < n_workers(); ++w) {
       if (scratch_[w / 64] >> (w % 64) & 1) continue;
       for (const mini_task& t : plan_[w]) {
@@ -175,7 +177,7 @@ class m_sgc {
     out.round = round_;
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       if (decodable(it->second)) {
-        out.decoded.push_back(decode(it->first, it->second, ctx));
+        out.decoded.push_back(decode(it->first, it->second, where));
         it = jobs_.erase(it);
       } else if (it->first + delay() <= round_) {
         out.missed.push_back(it->first);
@@ -191,6 +193,11 @@ class m_sgc {
   }
 
  private:
+  void check_piece(std::size_t worker, std::size_t piece, const char* where) const {
+    check_index(worker, pieces_.size(), where, "worker");
+    check_index(piece, pieces_[worker].size(), where, "piece");
+  }
+
   struct job_state {
     std::vector<char> d1_done;          // [w * (W-1) + j]: D1 chunk j of worker w arrived
     std::vector<std::size_t> d1_count;  // per worker
@@ -213,7 +220,7 @@ class m_sgc {
     return true;
   }
 
-  decoded_job decode(std::uint64_t id, const job_state& job, const char* ctx) const {
+  decoded_job decode(std::uint64_t id, const job_state& job, const char* where) const {
     decoded_job d{id, round_, {}};
     if (!opt_.build_decoders) return d;
     for (std::size_t w = 0; w < n_workers(); ++w)
@@ -223,7 +230,7 @@ class m_sgc {
       for (std::size_t w = 0; w < n_workers(); ++w)
         if (job.d2_done[g * n_workers() + w]) have.push_back(w);
       const auto dec = code_->try_decoder(have);
-      expects(dec != nullptr, errc::precondition, ctx, "the D2 code cannot decode ", have.size(), " of ", n_workers(),
+      expects(dec != nullptr, errc::precondition, where, "the D2 code cannot decode ", have.size(), " of ", n_workers(),
               " workers although it claims to tolerate s = ", code_->stragglers(), " stragglers");
       for (std::size_t i = 0; i < dec->survivors.size(); ++i)
         d.terms.push_back({dec->survivors[i], d1_ + g, dec->weights[i]});

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <weft/coding/concepts.hpp>
+#include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
@@ -48,18 +49,21 @@ class sequential_coder {
   explicit sequential_coder(std::vector<Code> family, std::size_t deadline, std::size_t window = 16,
                             std::size_t max_reattempts = 1)
       : family_(std::move(family)), t_(deadline), window_(window), max_reattempts_(max_reattempts) {
-    constexpr const char* ctx = "weft::coding::sequential_coder::sequential_coder";
-    expects(!family_.empty(), errc::invalid_argument, ctx, "the family of codes is empty");
+    constexpr const char* where = "weft::coding::sequential_coder::sequential_coder";
+    expects(!family_.empty(), errc::invalid_argument, where, "the family of codes is empty");
     for (std::size_t c = 0; c < family_.size(); ++c)
-      expects(family_[c].n_workers() == family_[0].n_workers(), errc::invalid_argument, ctx, "code ", c,
+      expects(family_[c].n_workers() == family_[0].n_workers(), errc::invalid_argument, where, "code ", c,
               " has n = ", family_[c].n_workers(), " workers, code 0 has n = ", family_[0].n_workers());
-    expects(window_ >= 1, errc::invalid_argument, ctx, "window must be >= 1 round, got ", window_);
+    expects(window_ >= 1, errc::invalid_argument, where, "window must be >= 1 round, got ", window_);
   }
 
   std::size_t n_workers() const { return family_[0].n_workers(); }
   std::size_t deadline() const noexcept { return t_; }
   std::uint64_t round() const noexcept { return round_; }
-  const Code& code(std::size_t index) const { return family_.at(index); }
+  const Code& code(std::size_t index) const {
+    check_index(index, family_.size(), "weft::coding::sequential_coder::code", "code index");
+    return family_[index];
+  }
 
   /// Starts round r = round(): job r begins with an adaptively chosen code, and pending jobs get
   /// their missing tasks reassigned to the workers that owe them. Returns the tasks per worker.
@@ -88,11 +92,11 @@ class sequential_coder {
   /// straggled and delivered nothing. Throws weft::error(invalid_argument) naming a worker that is
   /// out of range (the round stays open then), and weft::error(precondition) outside a round.
   round_outcome end_round(std::span<const std::size_t> finished) {
-    constexpr const char* ctx = "weft::coding::sequential_coder::end_round";
-    expects(in_round_, errc::precondition, ctx, "no round is open; call begin_round first");
+    constexpr const char* where = "weft::coding::sequential_coder::end_round";
+    expects(in_round_, errc::precondition, where, "no round is open; call begin_round first");
     const std::size_t n = n_workers();
     for (std::size_t w : finished)
-      expects(w < n, errc::invalid_argument, ctx, "worker ", w, " is out of range for n = ", n);
+      expects(w < n, errc::invalid_argument, where, "worker ", w, " is out of range for n = ", n);
     std::vector<char> ok(n, 0);
     for (std::size_t w : finished) ok[w] = 1;
     for (std::size_t w = 0; w < n; ++w)

@@ -335,9 +335,9 @@ inline runtime_report fast_sr_sgc(const sorted_trace& st, std::size_t jobs, doub
 /// (J + T) x (log n + stragglers per round)); about 7,000 candidates at n = 256.
 inline std::vector<sgc_candidate> search_parameters(const delay_trace& trace, std::size_t jobs,
                                                     const runtime_options& o = {}, const sgc_search_options& so = {}) {
-  constexpr const char* ctx = "weft::coding::search_parameters";
+  constexpr const char* where = "weft::coding::search_parameters";
   const std::size_t n = trace.n_workers();
-  detail::check_trace(trace, n, jobs, so.max_delay, o, ctx);
+  detail::check_trace(trace, n, jobs, so.max_delay, o, where);
   const detail::sorted_trace st(trace, jobs + so.max_delay);
   const double l0 = trace.reference_load();
   std::vector<sgc_candidate> out;

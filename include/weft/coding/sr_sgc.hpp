@@ -11,6 +11,7 @@
 #include <weft/coding/linear_code.hpp>
 #include <weft/coding/sequential_round.hpp>
 #include <weft/coding/straggler_model.hpp>
+#include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
@@ -25,9 +26,9 @@ namespace weft::coding {
 /// The s SR-SGC needs for a model: ceil(B lambda / (W - 1 + B)). Throws like validate(model) and
 /// weft::error(invalid_argument) when B does not divide W - 1. O(1).
 inline std::size_t sr_sgc_stragglers(const bursty_straggler_model& m) {
-  constexpr const char* ctx = "weft::coding::sr_sgc";
-  validate(m, ctx);
-  expects((m.window - 1) % m.burst == 0, errc::invalid_argument, ctx, "SR-SGC needs B | (W - 1), but B = ", m.burst,
+  constexpr const char* where = "weft::coding::sr_sgc";
+  validate(m, where);
+  expects((m.window - 1) % m.burst == 0, errc::invalid_argument, where, "SR-SGC needs B | (W - 1), but B = ", m.burst,
           " does not divide W - 1 = ", m.window - 1);
   const std::size_t den = m.window - 1 + m.burst;
   return (m.burst * m.lambda + den - 1) / den;
@@ -45,11 +46,11 @@ class sr_sgc {
   /// stragglers.
   sr_sgc(const bursty_straggler_model& model, Code code, sequential_options options = {})
       : m_(model), s_(sr_sgc_stragglers(model)), code_(std::move(code)), opt_(options), history_(model) {
-    constexpr const char* ctx = "weft::coding::sr_sgc";
-    detail::check_delay(opt_, delay(), ctx, "B");
-    expects(code_.n_workers() == m_.n_workers, errc::invalid_argument, ctx, "the code has n = ", code_.n_workers(),
+    constexpr const char* where = "weft::coding::sr_sgc";
+    detail::check_delay(opt_, delay(), where, "B");
+    expects(code_.n_workers() == m_.n_workers, errc::invalid_argument, where, "the code has n = ", code_.n_workers(),
             " workers, the model n = ", m_.n_workers);
-    expects(code_.stragglers() >= s_, errc::invalid_argument, ctx, "the code tolerates s = ", code_.stragglers(),
+    expects(code_.stragglers() >= s_, errc::invalid_argument, where, "the code tolerates s = ", code_.stragglers(),
             " stragglers; SR-SGC with B = ", m_.burst, ", W = ", m_.window, ", lambda = ", m_.lambda,
             " needs s >= ceil(B lambda / (W - 1 + B)) = ", s_);
     s_ = code_.stragglers();
@@ -75,8 +76,14 @@ class sr_sgc {
   std::size_t n_partitions() const { return code_.n_partitions(); }
   double partition_size(std::size_t) const noexcept { return 1.0; }
   std::size_t n_pieces() const noexcept { return 1; }
-  std::span<const std::size_t> piece_partitions(std::size_t worker, std::size_t) const { return pieces_.at(worker); }
-  std::span<const double> piece_coefficients(std::size_t worker, std::size_t) const { return coefficients_.at(worker); }
+  std::span<const std::size_t> piece_partitions(std::size_t worker, std::size_t) const {
+    check_index(worker, pieces_.size(), "weft::coding::sr_sgc::piece_partitions", "worker");
+    return pieces_[worker];
+  }
+  std::span<const double> piece_coefficients(std::size_t worker, std::size_t) const {
+    check_index(worker, coefficients_.size(), "weft::coding::sr_sgc::piece_coefficients", "worker");
+    return coefficients_[worker];
+  }
 
   std::uint64_t round() const noexcept { return round_; }
   /// Jobs started and neither decoded nor missed.
@@ -129,9 +136,9 @@ class sr_sgc {
   /// weft::error(invalid_argument) naming a straggler out of range or repeated (the round stays
   /// open), weft::error(precondition) outside a round.
   sequential_round_report end_round(std::span<const std::size_t> stragglers) {
-    constexpr const char* ctx = "weft::coding::sr_sgc::end_round";
-    expects(open_, errc::precondition, ctx, "no round is open; call begin_round first");
-    detail::check_worker_set(stragglers, n_workers(), ctx, scratch_);
+    constexpr const char* where = "weft::coding::sr_sgc::end_round";
+    expects(open_, errc::precondition, where, "no round is open; call begin_round first");
+    detail::check_worker_set(stragglers, n_workers(), where, scratch_);
     const bool is_exempt = exempt(stragglers);
     for (std::size_t w = 0; w < n_workers(); ++w) {
       if (scratch_[w / 64] >> (w % 64) & 1) continue;
@@ -147,7 +154,7 @@ class sr_sgc {
     out.round = round_;
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       if (it->second.count + s_ >= n_workers()) {
-        out.decoded.push_back(decode(it->first, it->second, ctx));
+        out.decoded.push_back(decode(it->first, it->second, where));
         it = jobs_.erase(it);
       } else if (it->first + m_.burst <= round_) {
         out.missed.push_back(it->first);
@@ -172,14 +179,14 @@ class sr_sgc {
     return reattempts_ == 0 && stragglers.size() <= s_;
   }
 
-  decoded_job decode(std::uint64_t id, const job_state& job, const char* ctx) const {
+  decoded_job decode(std::uint64_t id, const job_state& job, const char* where) const {
     decoded_job d{id, round_, {}};
     if (!opt_.build_decoders) return d;
     std::vector<std::size_t> have;
     for (std::size_t w = 0; w < n_workers(); ++w)
       if (job.delivered[w]) have.push_back(w);
     const auto dec = code_.try_decoder(have);
-    expects(dec != nullptr, errc::precondition, ctx, "the code cannot decode ", have.size(), " of ", n_workers(),
+    expects(dec != nullptr, errc::precondition, where, "the code cannot decode ", have.size(), " of ", n_workers(),
             " workers although it claims to tolerate s = ", s_, " stragglers");
     for (std::size_t i = 0; i < dec->survivors.size(); ++i) d.terms.push_back({dec->survivors[i], 0, dec->weights[i]});
     return d;

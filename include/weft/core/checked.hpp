@@ -82,4 +82,13 @@ constexpr void check_limit(T value, L limit, const char* where, const char* what
     detail::raise(errc::capacity, where, what, " ", +value, " exceeds the limit ", +limit);
 }
 
+/// Throws weft::error(out_of_range) naming `what`, the index and the size unless index < size: the
+/// one shape of every public accessor's bounds check (std::out_of_range never escapes weft).
+/// Thread-safe. O(1).
+template <std::integral T, std::integral S>
+constexpr void check_index(T index, S size, const char* where, const char* what) {
+  if (!std::cmp_less(index, size)) [[unlikely]]
+    detail::raise(errc::out_of_range, where, what, " ", +index, " is out of range (size ", +size, ")");
+}
+
 }  // namespace weft
