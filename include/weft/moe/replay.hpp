@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace weft::moe {
@@ -52,6 +53,125 @@ struct no_prefetch {
 };
 static_assert(prefetcher<no_prefetch>);
 
+namespace detail {
+
+/// The replay's clock and its one host-to-device link: loads are served first come first served,
+/// so finish times in `link_` are non-decreasing and the oldest load lands first.
+template <expert_eviction_policy P>
+class replay_link {
+ public:
+  replay_link(expert_cache<P>& cache, const replay_options& options, replay_report& report)
+      : cache_(cache), options_(options), report_(report) {}
+
+  double now() const noexcept { return now_; }
+  /// Queues a load behind the ones in flight; returns when it will have landed.
+  double schedule(const load_order& order) {
+    const double start = std::max(now_, link_free_);
+    link_free_ = start + static_cast<double>(order.bytes) / options_.bandwidth_bytes_per_s;
+    link_.push_back({order, link_free_});
+    return link_free_;
+  }
+  /// Completes the loads that have landed by now.
+  void drain() {
+    while (!link_.empty() && link_.front().finish <= now_) {
+      cache_.complete(link_.front().order);
+      link_.pop_front();
+    }
+  }
+  /// Stalls the engine until t (counted in the report), then drains.
+  void wait_until(double t) {
+    if (t > now_) {
+      report_.stall_s += t - now_;
+      now_ = t;
+    }
+    drain();
+  }
+  /// Waits for the oldest load in flight; false when nothing is in flight.
+  bool wait_for_oldest() {
+    if (link_.empty()) return false;
+    wait_until(link_.front().finish);
+    return true;
+  }
+  /// When the load of k in flight lands (now if none is).
+  double finish_of(expert_key k) const {
+    for (const pending& p : link_)
+      if (p.order.key == k) return p.finish;
+    return now_;
+  }
+  void compute(double seconds) noexcept { now_ += seconds; }
+  /// Lets every outstanding load land (without counting a stall) so the cache ends consistent.
+  void settle() {
+    while (!link_.empty()) {
+      now_ = std::max(now_, link_.front().finish);
+      drain();
+    }
+  }
+
+ private:
+  struct pending {
+    load_order order;
+    double finish;
+  };
+  expert_cache<P>& cache_;
+  const replay_options& options_;
+  replay_report& report_;
+  std::deque<pending> link_;
+  double now_ = 0, link_free_ = 0;
+};
+
+/// Looks up one layer's experts, starting demand loads for misses and pinning each; returns when
+/// the last of them will be resident.
+template <expert_eviction_policy P>
+double demand_layer(expert_cache<P>& cache, replay_link<P>& link, replay_report& r, std::uint32_t layer,
+                    std::span<const std::uint32_t> experts) {
+  double ready = link.now();
+  for (const std::uint32_t e : experts) {
+    const expert_key k{layer, e};
+    const lookup_result found = cache.lookup(k);
+    ++r.lookups;
+    if (found.status == lookup_status::hit) {
+      ++r.hits;
+    } else if (found.status == lookup_status::in_flight) {
+      ++r.in_flight_hits;
+      ready = std::max(ready, link.finish_of(k));
+    } else {
+      ++r.misses;
+      std::optional<load_order> order = cache.start_load(k);
+      // No room: every entry of the pool is pinned or loading. Wait for the oldest load.
+      while (!order) {
+        expects(link.wait_for_oldest(), errc::precondition, "weft::moe::replay", "no room for ", k,
+                " and nothing in flight");
+        order = cache.start_load(k);
+      }
+      ready = std::max(ready, link.schedule(*order));
+    }
+    cache.pin(k);
+  }
+  return ready;
+}
+
+/// Starts prefetches for `predicted`. A prefetch must not evict another predicted expert, so the
+/// predicted ones already present are held (pinned) while the others load; `held` is scratch.
+template <expert_eviction_policy P>
+void prefetch_predicted(expert_cache<P>& cache, replay_link<P>& link, std::span<const expert_key> predicted,
+                        std::vector<expert_key>& held) {
+  held.clear();
+  for (const expert_key k : predicted)
+    if (cache.peek(k).status != lookup_status::miss) {
+      cache.pin(k);
+      held.push_back(k);
+    }
+  for (const expert_key k : predicted)
+    if (const auto order = cache.prefetch(k)) {
+      link.schedule(*order);
+      cache.pin(k);
+      held.push_back(k);
+    }
+  for (const expert_key k : held) cache.unpin(k);
+}
+
+}  // namespace detail
+
 /// Replays `trace` through `cache` (which should be fresh; its shape must match the trace's).
 /// Per token and layer: complete the loads that finished; look up the layer's experts, starting
 /// demand loads for misses and pinning them all; let the prefetcher observe the routing and
@@ -73,111 +193,37 @@ replay_report replay(const routing_trace& trace, expert_cache<P>& cache, F&& pre
             cache.slot_capacity(p), " experts; a layer needs top_k = ", s.top_k, " at once");
   prefetch.bind(s);
 
-  struct pending {
-    load_order order;
-    double finish;
-  };
-  std::deque<pending> link;  // FIFO: finish times are non-decreasing
-  double now = 0, link_free = 0;
   replay_report r;
-  const std::uint64_t before_bytes = cache.stats().bytes_loaded;
-  const std::uint64_t before_prefetch = cache.stats().prefetch_loads, before_used = cache.stats().prefetch_used;
-
-  auto schedule = [&](const load_order& order) {
-    const double start = std::max(now, link_free);
-    link_free = start + static_cast<double>(order.bytes) / options.bandwidth_bytes_per_s;
-    link.push_back({order, link_free});
-  };
-  auto drain = [&] {
-    while (!link.empty() && link.front().finish <= now) {
-      cache.complete(link.front().order);
-      link.pop_front();
-    }
-  };
-  auto wait_until = [&](double t) {
-    if (t > now) {
-      r.stall_s += t - now;
-      now = t;
-    }
-    drain();
-  };
-  auto finish_of = [&](expert_key k) {
-    for (const pending& p : link)
-      if (p.order.key == k) return p.finish;
-    return now;
-  };
-
+  const cache_stats before = cache.stats();
+  detail::replay_link<P> link(cache, options, r);
   std::vector<expert_key> predicted, held;
   std::uint64_t request = 0;
-  bool first = true;
   for (std::size_t t = 0; t < trace.num_tokens(); ++t) {
-    if (first || trace.request(t) != request) {
-      first = false;
+    if (t == 0 || trace.request(t) != request) {
       request = trace.request(t);
       cache.begin_request(request);
       prefetch.begin_request(request);
     }
     for (std::uint32_t l = 0; l < s.num_layers; ++l) {
-      drain();
+      link.drain();
       const auto experts = trace.experts(t, l);
-      double ready = now;
-      for (const std::uint32_t e : experts) {
-        const expert_key k{l, e};
-        const lookup_result found = cache.lookup(k);
-        ++r.lookups;
-        if (found.status == lookup_status::hit) {
-          ++r.hits;
-        } else if (found.status == lookup_status::in_flight) {
-          ++r.in_flight_hits;
-          ready = std::max(ready, finish_of(k));
-        } else {
-          ++r.misses;
-          std::optional<load_order> order = cache.start_load(k);
-          // No room: every entry of the pool is pinned or loading. Wait for the oldest load.
-          while (!order) {
-            expects(!link.empty(), errc::precondition, where, "no room for ", k, " and nothing in flight");
-            wait_until(link.front().finish);
-            order = cache.start_load(k);
-          }
-          schedule(*order);
-          ready = std::max(ready, link_free);
-        }
-        cache.pin(k);
-      }
+      const double ready = detail::demand_layer(cache, link, r, l, experts);
       prefetch.observe(l, experts);
       if (options.prefetch_depth > 0) {
         predicted.clear();
         prefetch.predict(l, options.prefetch_depth, predicted);
-        // A prefetch must not evict another predicted expert: hold the predicted ones that are
-        // already present while the others are loaded.
-        held.clear();
-        for (const expert_key k : predicted)
-          if (cache.peek(k).status != lookup_status::miss) {
-            cache.pin(k);
-            held.push_back(k);
-          }
-        for (const expert_key k : predicted)
-          if (const auto order = cache.prefetch(k)) {
-            schedule(*order);
-            cache.pin(k);
-            held.push_back(k);
-          }
-        for (const expert_key k : held) cache.unpin(k);
+        detail::prefetch_predicted(cache, link, predicted, held);
       }
-      wait_until(ready);
-      now += options.compute_s_per_layer;
+      link.wait_until(ready);
+      link.compute(options.compute_s_per_layer);
       for (const std::uint32_t e : experts) cache.unpin({l, e});
     }
   }
-  // Let outstanding loads land so the cache ends consistent.
-  while (!link.empty()) {
-    now = std::max(now, link.front().finish);
-    drain();
-  }
-  r.total_s = now;
-  r.bytes_moved = cache.stats().bytes_loaded - before_bytes;
-  r.prefetch_loads = cache.stats().prefetch_loads - before_prefetch;
-  r.prefetch_used = cache.stats().prefetch_used - before_used;
+  link.settle();
+  r.total_s = link.now();
+  r.bytes_moved = cache.stats().bytes_loaded - before.bytes_loaded;
+  r.prefetch_loads = cache.stats().prefetch_loads - before.prefetch_loads;
+  r.prefetch_used = cache.stats().prefetch_used - before.prefetch_used;
   return r;
 }
 
