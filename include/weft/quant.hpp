@@ -13,6 +13,7 @@
 #include <weft/quant/gemm_w8a8.hpp>
 #include <weft/quant/gptq.hpp>
 #include <weft/quant/quantized_activations.hpp>
+#include <weft/quant/any_quantizer.hpp>
 #include <weft/quant/quantizers.hpp>
 #include <weft/quant/reference.hpp>
 #include <weft/quant/sparse24_matrix.hpp>

@@ -4,13 +4,13 @@
 #pragma once
 
 #include <weft/core/error.hpp>
+#include <weft/quant/any_quantizer.hpp>  // was defined here; still reachable through this header
 #include <weft/quant/concepts.hpp>
 #include <weft/quant/format.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <span>
 #include <type_traits>
@@ -46,23 +46,6 @@ struct minmax_quantizer {
     return {scale, std::clamp(zero, code_min(bits), code_max(bits))};
   }
   constexpr bool symmetric() const noexcept { return false; }
-};
-
-/// A quantizer chosen at run time (a flag or config value). Thread-safety: like the wrapped
-/// quantizer. choose() costs one indirect call plus the wrapped rule.
-class any_quantizer {
- public:
-  template <quantizer Q>
-  requires(!std::same_as<std::remove_cvref_t<Q>, any_quantizer>)
-      any_quantizer(Q q)  // NOLINT: implicit by design, like std::function
-      : choose_([q](std::span<const float> g, int bits) { return q.choose(g, bits); }), symmetric_(q.symmetric()) {}
-
-  group_params choose(std::span<const float> group, int bits) const { return choose_(group, bits); }
-  bool symmetric() const noexcept { return symmetric_; }
-
- private:
-  std::function<group_params(std::span<const float>, int)> choose_;
-  bool symmetric_;
 };
 
 /// How far the dequantized matrix is from the original. A plain value.
