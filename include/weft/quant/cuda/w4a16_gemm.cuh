@@ -41,17 +41,19 @@ __device__ inline void mma16(const std::uint32_t (&a)[4], const std::uint32_t (&
 #endif
 }
 
-/// One block computes a Tile::block_m x Tile::block_n tile of Y, 32 values of K at a time.
-template <class Tile, class Act, class Scale>
-__global__ void __launch_bounds__(Tile::threads) w4a16_gemm_kernel(w4a16_params<Act, Scale> p) {
-  __shared__ w4_smem<Tile> s;
+/// The main loop every W4A16 kernel shares (dense and 2:4): for each block_k slice of K,
+/// `load(m0, n0, k0, tid)` stages A and the dequantized weights into `s`, then the block's warps
+/// multiply them (mma.sync on sm_80+, the lane-exact scalar step elsewhere); Y is stored once.
+template <class Tile, class Act, class Out, class Load>
+__device__ void w4_block_gemm(w4_smem<Tile>& s, std::int64_t k_end, Out* y, std::int64_t m, std::int64_t n,
+                              Load&& load) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * Tile::block_m;
   const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * Tile::block_n;
   const int wm0 = (warp / Tile::warps_n) * Tile::warp_m, wn0 = (warp % Tile::warps_n) * Tile::warp_n;
   float acc[Tile::mma_m][Tile::mma_n][4] = {};
-  for (std::int64_t k0 = 0; k0 < p.k_padded; k0 += Tile::block_k) {
-    w4_load_tiles<Tile>(p, m0, n0, k0, s, tid, Tile::threads);
+  for (std::int64_t k0 = 0; k0 < k_end; k0 += Tile::block_k) {
+    load(m0, n0, k0, tid);
     __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < Tile::block_k; ks += 16)
@@ -71,7 +73,17 @@ __global__ void __launch_bounds__(Tile::threads) w4a16_gemm_kernel(w4a16_params<
   }
   for (int i = 0; i < Tile::mma_m; ++i)
     for (int j = 0; j < Tile::mma_n; ++j)
-      store_c_fragment(p.y, p.m, p.n, m0 + wm0 + 16 * i, n0 + wn0 + 8 * j, lane, acc[i][j]);
+      store_c_fragment(y, m, n, m0 + wm0 + 16 * i, n0 + wn0 + 8 * j, lane, acc[i][j]);
+}
+
+/// One block computes a Tile::block_m x Tile::block_n tile of Y, 32 values of K at a time.
+template <class Tile, class Act, class Scale>
+__global__ void __launch_bounds__(Tile::threads) w4a16_gemm_kernel(w4a16_params<Act, Scale> p) {
+  __shared__ w4_smem<Tile> s;
+  w4_block_gemm<Tile, Act>(s, p.k_padded, p.y, p.m, p.n,
+                           [&](std::int64_t m0, std::int64_t n0, std::int64_t k0, int tid) {
+                             w4_load_tiles<Tile>(p, m0, n0, k0, s, tid, Tile::threads);
+                           });
 }
 
 /// GEMV: one warp per output row; each lane takes every 32nd int4 block (w4_lane_dot), then a

@@ -23,33 +23,9 @@ namespace detail {
 template <class Tile, class Act, class Scale>
 __global__ void __launch_bounds__(Tile::threads) w4a16_sparse24_kernel(sparse24_params<Act, Scale> p) {
   __shared__ w4_smem<Tile> s;
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * Tile::block_m;
-  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * Tile::block_n;
-  const int wm0 = (warp / Tile::warps_n) * Tile::warp_m, wn0 = (warp % Tile::warps_n) * Tile::warp_n;
-  float acc[Tile::mma_m][Tile::mma_n][4] = {};
-  for (std::int64_t k0 = 0; k0 < p.k; k0 += Tile::block_k) {
+  w4_block_gemm<Tile, Act>(s, p.k, p.y, p.m, p.n, [&](std::int64_t m0, std::int64_t n0, std::int64_t k0, int tid) {
     sparse24_load_tiles<Tile>(p, m0, n0, k0, s, tid, Tile::threads);
-    __syncthreads();
-#pragma unroll
-    for (int ks = 0; ks < Tile::block_k; ks += 16)
-#pragma unroll
-      for (int i = 0; i < Tile::mma_m; ++i)
-#pragma unroll
-        for (int j = 0; j < Tile::mma_n; ++j) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-          std::uint32_t a[4], b[2];
-          w4_fragments<Tile>(s, wm0 + 16 * i, wn0 + 8 * j, ks, lane, a, b);
-          mma16<Act>(a, b, acc[i][j]);
-#else
-          w4_lane_step<Tile, Act>(s, wm0 + 16 * i, wn0 + 8 * j, ks, lane, acc[i][j]);
-#endif
-        }
-    __syncthreads();
-  }
-  for (int i = 0; i < Tile::mma_m; ++i)
-    for (int j = 0; j < Tile::mma_n; ++j)
-      store_c_fragment(p.y, p.m, p.n, m0 + wm0 + 16 * i, n0 + wn0 + 8 * j, lane, acc[i][j]);
+  });
 }
 
 }  // namespace detail
