@@ -15,11 +15,12 @@
 
 namespace weft::quant {
 
-/// Y = X * W^T with W dequantized element by element ((code - zero) * scale) and fp32 sums in k
-/// order. Works for int4 and int8 weights. Throws weft::error on a size mismatch. O(M N K).
-/// Thread-safe.
-template <scale_value Scale, activation_value Act>
-std::vector<float> reference_gemm(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int64_t m) {
+namespace detail {
+
+/// Y = X * W^T for any weight matrix with rows(), cols() and value(n, k) (the dequantized weight),
+/// with fp32 sums in k order: the one element-by-element reference behind reference_gemm.
+template <class Weights, activation_value Act>
+std::vector<float> reference_gemm_by_value(const Weights& w, std::span<const Act> x, std::int64_t m) {
   expects(m > 0 && x.size() == static_cast<std::size_t>(m * w.cols()), errc::invalid_argument,
           "weft::quant::reference_gemm", "activations have ", x.size(), " elements but M x K = ", m, " x ", w.cols());
   std::vector<float> y(static_cast<std::size_t>(m * w.rows()));
@@ -33,21 +34,21 @@ std::vector<float> reference_gemm(const quantized_matrix<Scale>& w, std::span<co
   return y;
 }
 
+}  // namespace detail
+
+/// Y = X * W^T with W dequantized element by element ((code - zero) * scale) and fp32 sums in k
+/// order. Works for int4 and int8 weights. Throws weft::error on a size mismatch. O(M N K).
+/// Thread-safe.
+template <scale_value Scale, activation_value Act>
+std::vector<float> reference_gemm(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int64_t m) {
+  return detail::reference_gemm_by_value(w, x, m);
+}
+
 /// Y = X * W^T for 2:4 sparse weights, element by element (pruned weights are 0), fp32 sums in k
 /// order. Throws weft::error on a size mismatch. O(M N K). Thread-safe.
 template <scale_value Scale, activation_value Act>
 std::vector<float> reference_gemm(const sparse24_matrix<Scale>& w, std::span<const Act> x, std::int64_t m) {
-  expects(m > 0 && x.size() == static_cast<std::size_t>(m * w.cols()), errc::invalid_argument,
-          "weft::quant::reference_gemm", "activations have ", x.size(), " elements but M x K = ", m, " x ", w.cols());
-  std::vector<float> y(static_cast<std::size_t>(m * w.rows()));
-  for (std::int64_t r = 0; r < m; ++r)
-    for (std::int64_t n = 0; n < w.rows(); ++n) {
-      float s = 0.0f;
-      for (std::int64_t k = 0; k < w.cols(); ++k)
-        s += w.value(n, k) * static_cast<float>(x[static_cast<std::size_t>(r * w.cols() + k)]);
-      y[static_cast<std::size_t>(r * w.rows() + n)] = s;
-    }
-  return y;
+  return detail::reference_gemm_by_value(w, x, m);
 }
 
 /// C = A * W^T over the int8 codes, int32 accumulation. O(M N K). Thread-safe.
