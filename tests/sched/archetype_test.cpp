@@ -6,8 +6,10 @@
 #include <weft/sched/iteration_scheduler.hpp>
 
 #include <deque>
+#include <map>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 using namespace weft::sched;
 
@@ -29,36 +31,76 @@ struct min_queue {
   bool empty() const { return q.empty(); }
 };
 
-// One block per token, no host tier, no prefix cache.
+// One block per token, no host tier, no prefix cache, no sharing (a fork copies); transactions by
+// saving its whole state. Everything the scheduler uses must be in sched::kv_manager.
 struct min_kv {
-  std::int64_t capacity = 4096;
-  std::int64_t used = 0;
-  std::unordered_map<request_id, std::int64_t> held;
-  std::int64_t block_tokens() const { return 1; }
-  std::int64_t total_blocks() const { return capacity; }
-  std::int64_t free_blocks() const { return capacity - used; }
-  std::int64_t blocks_to_grow(const request& r, std::int64_t tokens) const {
-    auto it = held.find(r.id);
-    return std::max<std::int64_t>(0, tokens - (it == held.end() ? 0 : it->second));
+  struct state {
+    std::size_t used = 0;
+    std::map<request_id, std::vector<weft::kv::block_id>> held;  // one (dummy) block per token slot
+    std::map<request_id, std::vector<token_id>> ids;
+  };
+  std::size_t capacity = 4096;
+  state st;
+  std::optional<state> saved;
+
+  std::size_t block_size() const { return 1; }
+  std::size_t usable_blocks() const { return capacity; }
+  std::size_t free_blocks() const { return capacity - st.used; }
+  std::size_t bytes_per_block() const { return 0; }
+  std::size_t cached_prefix_tokens(std::span<const token_id>, const weft::kv::request_options&) const { return 0; }
+  std::optional<weft::kv::prompt_allocation> allocate_prompt(request_id id, std::span<const token_id> t,
+                                                             const weft::kv::request_options& o, std::size_t slots) {
+    auto r = allocate_prompt(id, t.size(), o, slots);
+    if (r) st.ids[id].assign(t.begin(), t.end());
+    return r;
   }
-  bool grow(const request& r, std::int64_t tokens) {
-    const std::int64_t need = blocks_to_grow(r, tokens);
-    if (need > free_blocks()) return false;
-    used += need;
-    held[r.id] += need;
+  std::optional<weft::kv::prompt_allocation> allocate_prompt(request_id id, std::size_t n,
+                                                             const weft::kv::request_options&, std::size_t slots) {
+    if (n > free_blocks()) return std::nullopt;
+    st.held[id];
+    grow(id, std::min(slots, n));
+    return weft::kv::prompt_allocation{0, 0, 0, std::min(slots, n), std::min(slots, n), {}};
+  }
+  weft::kv::append_result grow(request_id id, std::size_t n) {
+    auto& h = st.held.at(id);
+    if (n <= h.size()) return {true, std::nullopt};
+    if (n - h.size() > free_blocks()) return {};
+    st.used += n - h.size();
+    h.resize(n, weft::kv::block_id(1));
+    return {true, std::nullopt};
+  }
+  weft::kv::append_result append(request_id id, std::span<const token_id> t) {
+    const auto r = grow(id, st.held.at(id).size() + t.size());
+    if (r.fits) st.ids[id].insert(st.ids[id].end(), t.begin(), t.end());
+    return r;
+  }
+  void computed(request_id, std::size_t) {}
+  bool fork(request_id parent, request_id child) {
+    const auto& p = st.held.at(parent);
+    if (p.size() > free_blocks()) return false;
+    st.used += p.size();
+    st.held[child] = p;
+    st.ids[child] = st.ids[parent];
     return true;
   }
-  void release(request_id id) {
-    used -= held[id];
-    held.erase(id);
+  void free(request_id id) {
+    st.used -= st.held.at(id).size();
+    st.held.erase(id);
+    st.ids.erase(id);
   }
-  std::optional<kv_transfer> swap_out(request_id) { return std::nullopt; }
-  std::optional<kv_transfer> swap_in(request_id) { return std::nullopt; }
-  std::int64_t held_blocks(request_id id) const {
-    auto it = held.find(id);
-    return it == held.end() ? 0 : it->second;
+  std::optional<weft::kv::swap_plan> swap_out(request_id) { return std::nullopt; }
+  std::optional<weft::kv::swap_plan> swap_in(request_id) { return std::nullopt; }
+  std::span<const weft::kv::block_id> blocks(request_id id) const { return st.held.at(id); }
+  std::span<const token_id> tokens(request_id id) const {
+    auto it = st.ids.find(id);
+    return it == st.ids.end() ? std::span<const token_id>() : std::span<const token_id>(it->second);
   }
-  std::int64_t cached_prefix_tokens(const request&) const { return 0; }
+  void begin_transaction() { saved = st; }
+  void commit_transaction() { saved.reset(); }
+  void rollback_transaction() {
+    st = std::move(*saved);
+    saved.reset();
+  }
 };
 
 struct min_victim {
@@ -72,7 +114,7 @@ static_assert(kv_manager<min_kv>);
 static_assert(victim_policy<min_victim>);
 static_assert(batch_scheduler<iteration_scheduler<min_queue, min_kv, min_victim>>);
 static_assert(batch_scheduler<iteration_scheduler<>>);
-static_assert(kv_manager<block_kv_manager>);
+static_assert(kv_manager<weft::kv::kv_manager<>>);  // weft's KV manager models the concept directly
 
 TEST_CASE("the scheduler runs on archetype policies", "[sched][archetype]") {
   // 600 tokens of KV for 20 requests of up to 100 + 60 tokens: preemption is needed.
@@ -92,7 +134,7 @@ TEST_CASE("the scheduler runs on archetype policies", "[sched][archetype]") {
   CHECK(out.completed == 20);
   CHECK(out.aborted == 0);
   CHECK(s.idle());
-  CHECK(s.kv().used == 0);
+  CHECK(s.kv().st.used == 0);
 }
 
 #include <weft/sched/any_batch_scheduler.hpp>
@@ -102,9 +144,10 @@ static_assert(batch_scheduler<any_batch_scheduler>);
 
 TEST_CASE("any_batch_scheduler runs a scheduler chosen at run time", "[sched][any]") {
   for (int choice = 0; choice < 2; ++choice) {
-    any_batch_scheduler s =
-        choice == 0 ? any_batch_scheduler(std::make_unique<iteration_scheduler<vtc_queue>>(chunked_prefill(64, 8)))
-                    : any_batch_scheduler(std::make_unique<iteration_scheduler<>>(continuous_batching(8, 256)));
+    any_batch_scheduler s = choice == 0 ? any_batch_scheduler(std::make_unique<iteration_scheduler<vtc_queue>>(
+                                              chunked_prefill(64, 8), vtc_queue{}, test::kv_of(256)))
+                                        : any_batch_scheduler(std::make_unique<iteration_scheduler<>>(
+                                              continuous_batching(8, 256), fcfs_queue{}, test::kv_of(256)));
     std::vector<test::job> jobs;
     for (std::uint64_t i = 1; i <= 10; ++i) {
       test::job j;

@@ -13,13 +13,13 @@ using namespace weft::sched::sim;
 
 namespace {
 
-block_kv_manager kv_for(const cost_model& m, std::int64_t host_blocks = 0) {
-  block_kv_manager::options o;
-  o.block_tokens = 16;
-  o.device_blocks = m.kv_blocks(16);
-  o.host_blocks = host_blocks;
-  o.bytes_per_token = m.kv_bytes_per_token();
-  return block_kv_manager(o);
+weft::kv::kv_manager<> kv_for(const cost_model& m, std::int64_t host_blocks = 0) {
+  weft::kv::kv_config o;
+  o.block_size = 16;
+  o.num_blocks = static_cast<std::size_t>(m.kv_blocks(16)) + 1;  // + the null block
+  o.host_blocks = host_blocks == 0 ? 0 : static_cast<std::size_t>(host_blocks) + 1;
+  o.bytes_per_token = static_cast<std::size_t>(m.kv_bytes_per_token());
+  return weft::kv::kv_manager<>(o);
 }
 
 generator_options load(std::uint64_t seed, std::size_t n, double rate) {
@@ -103,15 +103,15 @@ TEST_CASE("simulator: VTC narrows the service gap of an overloaded server", "[sc
 
 TEST_CASE("simulator: swap preemption under a small cache still finishes", "[sched][sim][preemption]") {
   const cost_model m(llama2_7b_a100());
-  block_kv_manager::options kv;
-  kv.device_blocks = 600;  // ~9.6k tokens
-  kv.host_blocks = 4000;
-  kv.block_tokens = 16;
-  kv.copy_unit_blocks = 16;
-  kv.bytes_per_token = m.kv_bytes_per_token();
+  weft::kv::kv_config kv;
+  kv.num_blocks = 601;  // ~9.6k tokens
+  kv.host_blocks = 4001;
+  kv.block_size = 16;
+  kv.max_copy_unit_blocks = 16;
+  kv.bytes_per_token = static_cast<std::size_t>(m.kv_bytes_per_token());
   scheduler_options so = chunked_prefill(512, 64);
   so.preemption = preemption_mode::swap;
-  iteration_scheduler<> s(so, fcfs_queue{}, block_kv_manager(kv));
+  iteration_scheduler<> s(so, fcfs_queue{}, weft::kv::kv_manager<>(kv));
   generator_options g = load(4, 150, 20.0);
   g.output = {400.0, 0.5, 1, 1500};
   const sim_result r = simulate(s, poisson_workload(g), m);

@@ -9,6 +9,7 @@
 #include <weft/kv/block_pool.hpp>
 #include <weft/kv/concepts.hpp>
 #include <weft/kv/detail/key_map.hpp>
+#include <weft/kv/detail/undo_journal.hpp>
 #include <weft/kv/types.hpp>
 
 #include <cstddef>
@@ -111,7 +112,9 @@ class hashed_prefix_cache {
     expects(!pool_.is_free(b), errc::invalid_argument, "weft::kv::hashed_prefix_cache::commit", "block ", b,
             " is free; only a block in use can be filled and cached");
     if (has_key_[b.value()]) return false;
-    if (index_.insert(key, b.value()) != b.value()) return false;
+    if (index_.find(key) != detail::key_map::npos) return false;
+    if (journal_ != nullptr) journal_->push(detail::undo_op::key_added, journal_target_, b.value(), 0, key);
+    index_.insert(key, b.value());
     keys_[b.value()] = key;
     has_key_[b.value()] = 1;
     return true;
@@ -146,6 +149,29 @@ class hashed_prefix_cache {
     return true;
   }
 
+  /// Records every later change (pool and keys) into `journal` under `target`; nullptr stops
+  /// recording. Used by kv_manager's transactions. O(1).
+  void attach_journal(detail::undo_journal* journal, std::uint8_t target) noexcept {
+    journal_ = journal;
+    journal_target_ = target;
+    pool_.attach_journal(journal, target);
+  }
+
+  /// Reverses one record of this cache or its pool (newest first, each once). O(1) expected.
+  void undo(const detail::undo_record& r) {
+    if (r.op == detail::undo_op::key_dropped) {
+      index_.insert(r.key, r.block);
+      keys_[r.block] = r.key;
+      has_key_[r.block] = 1;
+      --evictions_;
+    } else if (r.op == detail::undo_op::key_added) {
+      index_.erase(r.key);
+      has_key_[r.block] = 0;
+    } else {
+      pool_.undo(r);
+    }
+  }
+
   /// Bookkeeping bytes per block: pool + key + flag + index slots. O(1).
   std::size_t bytes_per_block() const noexcept {
     return block_pool::bytes_per_block() + sizeof(block_key) + 1 +
@@ -154,6 +180,8 @@ class hashed_prefix_cache {
 
  private:
   void drop_key(block_id b) {
+    if (journal_ != nullptr)
+      journal_->push(detail::undo_op::key_dropped, journal_target_, b.value(), 0, keys_[b.value()]);
     index_.erase(keys_[b.value()]);
     has_key_[b.value()] = 0;
     ++evictions_;
@@ -170,6 +198,8 @@ class hashed_prefix_cache {
   Hasher hasher_;
   std::size_t block_size_ = 0;
   std::uint64_t evictions_ = 0;
+  detail::undo_journal* journal_ = nullptr;  // kv_manager's transaction journal, while one is open
+  std::uint8_t journal_target_ = 0;
 };
 
 }  // namespace weft::kv
