@@ -230,7 +230,8 @@ void bench_append(std::size_t n) {
   double w, r, ww = 0;
   {
     block_pool pool(n);
-    std::vector<block_table> tables(seqs, block_table(bs));
+    std::vector<block_table> tables;  // move-only: built one by one
+    for (std::size_t k = 0; k < seqs; ++k) tables.emplace_back(bs);
     w = ns_per_op(ops, [&] {
       for (std::size_t k = 0; k < ops; ++k) {
         block_table& t = tables[k % seqs];
@@ -275,7 +276,8 @@ void bench_append(std::size_t n) {
   report("append 1 token (block_table)", n, w, r, "ns/token", ww);
 }
 
-// kv_manager::append with token ids (request lookup, hashing of each filled block, cache commit).
+// kv_manager::append with token ids, then computed() as the engine reports after the step (request
+// lookups, hashing of each filled block, cache commit).
 void bench_manager_append(std::size_t n) {
   const std::size_t seqs = 256, ops = 1'000'000;
   kv_config c;
@@ -297,7 +299,9 @@ void bench_manager_append(std::size_t n) {
               kv.free(request_id(s));
               (void)kv.allocate_prompt(request_id(s), std::span<const token_id>(&tok, 1));
             }
+            continue;
           }
+          kv.computed(id, kv.num_tokens(id));
         }
       },
       3);
@@ -488,7 +492,8 @@ void bench_hit_rate(const std::string& path, std::size_t n) {
     auto a = kv.allocate_prompt(rid, prompt);
     if (!a) return 0;  // does not fit even alone: counted as a miss
     std::size_t hit = a->cached_tokens;
-    (void)kv.append(rid, answer);
+    kv.computed(rid, prompt.size());                                        // the prefill ran
+    if (kv.append(rid, answer).fits) kv.computed(rid, kv.num_tokens(rid));  // and the decode steps
     kv.free(rid);
     return hit;
   });

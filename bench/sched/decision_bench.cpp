@@ -69,7 +69,7 @@ std::vector<ws::request> make_requests(std::size_t n, std::uint64_t seed, bool w
 template <class Queue>
 cost measure(Queue q, std::size_t churn, bool with_ids) {
   weft::kv::kv_config kv;
-  kv.num_blocks = std::size_t{1} << 19;  // ~8M tokens: every running request keeps growing
+  kv.num_blocks = std::size_t{1} << 18;  // 4M tokens: room for every running request to keep growing
   kv.block_size = 16;
   kv.watermark = 0.0;
   ws::iteration_scheduler<Queue> s(ws::chunked_prefill(4096, running), std::move(q), weft::kv::kv_manager<>(kv));
@@ -143,6 +143,11 @@ cost measure_reference(std::size_t churn) {
 int main(int argc, char** argv) {
   // `decision_bench quick`: one pass (fcfs and vtc with token ids) for development.
   const bool quick = argc > 1 && std::string(argv[1]) == "quick";
+  if (argc > 1 && std::string(argv[1]) == "profile") {  // one configuration, for perf record
+    const cost c = measure(ws::fcfs_queue{}, argc > 2 ? std::stoul(argv[2]) : 0, true);
+    std::printf("fcfs, token ids: %.1f [%.1f] us\n", c.cpu_us, c.wall_us);
+    return 0;
+  }
   std::printf(
       "sched decision cost per iteration (schedule + complete), %zu running, %zu waiting, %d iterations,\n"
       "driving weft::kv::kv_manager (thread CPU time, then wall time in brackets; target < 30 us)\n",

@@ -367,9 +367,14 @@ TEST_CASE("complete() checks its input, names the request and the rule, and chan
   REQUIRE(s.submit(counted, 2.0));
   const batch& third = s.schedule(2.0);
   REQUIRE(third.entries.size() == 2);  // request 1 decodes its sampled 42; request 3 (counted) prefills
+  CHECK(third.entries[0].token == 42);
+  CHECK(third.entries[1].token == -1);
   s.complete({}, std::vector<token_id>{43, 0});
-  CHECK(s.kv().tokens(request_id(1)).back() == 42);
   CHECK(s.kv().tokens(request_id(3)).empty());
+  // Finishing publishes request 1's decoded tokens too: its ids reach the KV manager with its last step.
+  s.schedule(3.0);
+  s.complete(std::vector<request_id>{request_id(1), request_id(3)}, std::vector<token_id>{44, 0});
+  CHECK(s.idle());
 }
 
 TEST_CASE("a KV failure at any call of any public method changes nothing", "[sched][contract][faults]") {

@@ -177,7 +177,7 @@ TEST_CASE("a prompt arriving while its prefix is still being computed does not h
   std::vector<std::int64_t> first_chunk(7, -1);
   const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) {
     for (const auto& e : b.entries)
-      if (first_chunk[e.id.value()] < 0 && e.prefill_tokens > 0) first_chunk[e.id.value()] = e.first_token();
+      if (first_chunk[e.id.value()] < 0 && e.prefill_tokens > 0) first_chunk[e.id.value()] = e.first_position();
   });
   CHECK(out.completed == 6);
   // Iteration 1 admits requests 1 and 2 whole and 3 in part: none of them can hit the shared blocks,

@@ -74,7 +74,7 @@ class block_pool {
   /// when fewer than n are free. O(n).
   bool allocate(std::size_t n, std::vector<block_id>& out) {
     if (n > free_count_) return false;
-    out.reserve(out.size() + n);
+    detail::reserve_more(out, n);
     for (std::size_t i = 0; i < n; ++i) out.push_back(*allocate());
     return true;
   }

@@ -110,7 +110,21 @@ class block_table {
   template <block_allocator A>
   append_result append(A& alloc, std::size_t n) {
     const std::size_t grow = blocks_needed(n);  // checks the token count first
-    const bool cow = needs_copy(alloc, n);
+    return append_checked(alloc, n, grow, needs_copy(alloc, n));
+  }
+
+  /// append() for an owner that knows whether the partial last block is shared: copy_tail must equal
+  /// needs_copy(alloc, n) (a table that was never forked never needs a copy, and the owner skips
+  /// reading the block's reference count). O(new blocks).
+  template <block_allocator A>
+  append_result append(A& alloc, std::size_t n, bool copy_tail) {
+    const std::size_t grow = blocks_needed(n);
+    return append_checked(alloc, n, grow, copy_tail);
+  }
+
+ private:
+  template <block_allocator A>
+  append_result append_checked(A& alloc, std::size_t n, std::size_t grow, bool cow) {
     if (!alloc.allocate(grow + (cow ? 1 : 0), blocks_)) return {};
     append_result r{true, std::nullopt};
     if (cow) {
@@ -125,6 +139,7 @@ class block_table {
     return r;
   }
 
+ public:
   /// Appends blocks the caller already holds a reference to (prefix-cache hits, fresh blocks) as
   /// room at the end of the table. O(blocks).
   void adopt(std::span<const block_id> blocks) { blocks_.insert(blocks_.end(), blocks.begin(), blocks.end()); }

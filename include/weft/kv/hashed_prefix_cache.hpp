@@ -96,7 +96,7 @@ class hashed_prefix_cache {
   /// front of the free list; or appends nothing and returns false when fewer than n are free. O(n).
   bool allocate(std::size_t n, std::vector<block_id>& out) {
     if (n > pool_.free_blocks()) return false;
-    out.reserve(out.size() + n);
+    detail::reserve_more(out, n);  // geometric: a table growing block by block must not copy itself each time
     for (std::size_t i = 0; i < n; ++i) {
       const block_id b = *pool_.allocate();
       if (has_key_[b.value()]) drop_key(b);

@@ -233,7 +233,7 @@ class kv_manager {
     expects(!r.s.tokens_known || r.s.tokens.size() == r.table.num_tokens(), errc::precondition, where, "request ", id,
             " holds ", r.s.tokens.size() - r.table.num_tokens(), " token ids without slots; grow() them first");
     return atomically([&] {
-      if (r.s.tokens_known) r.s.tokens.reserve(r.s.tokens.size() + tokens.size());  // the only throw: first
+      if (r.s.tokens_known) detail::reserve_more(r.s.tokens, tokens.size());  // the only throw: first
       append_result res = extend(r, tokens.size());
       if (res.fits && r.s.tokens_known) r.s.tokens.insert(r.s.tokens.end(), tokens.begin(), tokens.end());
       return res;
@@ -295,6 +295,11 @@ class kv_manager {
       const request& p = seqs_[pseq];  // create() may have moved the slab
       c.table = p.table.fork(cache_);
       c.s = std::move(state);
+      c.s.tail_shared = true;
+      if (!seqs_[pseq].s.tail_shared) {
+        record_shape(seqs_[pseq]);  // the parent's last block is shared now too
+        seqs_[pseq].s.tail_shared = true;
+      }
       charge(c.s.options.tenant, c.table.num_blocks());
       return true;
     });
@@ -373,6 +378,7 @@ class kv_manager {
     journal_.clear();
     shapes_.clear();
     states_.clear();
+    charges_.clear();
     stats_before_ = stats_;
     cache_.attach_journal(&journal_, device_target);
     if (host_) host_->attach_journal(&journal_, host_target);
@@ -447,6 +453,7 @@ class kv_manager {
     bool swapped = false;
     std::size_t swapped_tokens = 0;
     std::vector<host_block_id> host_blocks;  // while swapped, host copy of table blocks in order
+    bool tail_shared = false;                // the partial last block may be shared (set by fork; cleared by an append)
   };
   struct request {
     explicit request(std::size_t bs) : table(bs) {}
@@ -465,9 +472,15 @@ class kv_manager {
   struct shape_record {
     std::uint32_t seq;
     std::size_t table_blocks, table_tokens, tokens, keys, computed, committed;
-    bool tokens_known;
+    bool tokens_known, tail_shared;
   };
-  enum class state_kind : std::uint8_t { created, erased, restored, charged, refunded };
+  enum class state_kind : std::uint8_t { created, erased, restored };
+  // Owner records in the journal: the block field says which log aux indexes.
+  static constexpr std::uint32_t owner_shape = 0, owner_state = 1, owner_charged = 2, owner_refunded = 3;
+  struct charge_record {
+    tenant_id tenant;
+    std::size_t blocks;
+  };
   // Undo of a rare change: a request created, erased or rebuilt (swap, copy-on-write), or a quota
   // charge.
   struct state_record {
@@ -599,12 +612,17 @@ class kv_manager {
     const std::size_t grow_blocks = r.table.blocks_needed(n);  // throws on overflow, before any change
     if (!admission_.within_quota(r.s.options.tenant, grow_blocks)) return {};
     const std::size_t before = r.table.num_blocks();
-    if (r.table.needs_copy(cache_, n))
+    // Only a fork shares a partial last block: a request never forked skips the reference count.
+    const bool cow = r.s.tail_shared && r.table.needs_copy(cache_, n);
+    if (cow)
       record_state(r);  // copy-on-write replaces a block: save the whole table
     else
       record_shape(r);
-    append_result res = r.table.append(cache_, n);
-    if (res.fits) charge(r.s.options.tenant, r.table.num_blocks() - before);
+    append_result res = r.table.append(cache_, n, cow);
+    if (res.fits) {
+      charge(r.s.options.tenant, r.table.num_blocks() - before);
+      if (n > 0) r.s.tail_shared = false;  // copied, or no longer shared: the last block is private now
+    }
     return res;
   }
 
@@ -713,12 +731,14 @@ class kv_manager {
     if (vacant_.empty()) {
       expects(seqs_.size() < detail::request_index::npos - 1, errc::capacity, "weft::kv::kv_manager",
               "too many requests");
-      vacant_.reserve(seqs_.size() + 1);  // invariant: vacant_ can hold every entry, so pushes never throw
+      detail::reserve_more(
+          vacant_,
+          seqs_.size() + 1 - vacant_.size());  // invariant: vacant_ can hold every entry, so pushes never throw
       seqs_.emplace_back(block_size());
       vacant_.push_back(static_cast<std::uint32_t>(seqs_.size() - 1));
     }
     if (tx_open_) {
-      states_.reserve(states_.size() + 1);
+      detail::reserve_more(states_, 1);
       journal_.reserve_more(1);
     }
     const std::uint32_t seq = vacant_.back();
@@ -744,7 +764,8 @@ class kv_manager {
     // be pushed after the request is gone.
     state_record rec{state_kind::erased, seq, {}, 0, {}, r.table.num_tokens(), std::nullopt};
     rec.table_ids.assign(r.table.blocks().begin(), r.table.blocks().end());
-    states_.reserve(states_.size() + 2);
+    detail::reserve_more(states_, 1);
+    detail::reserve_more(charges_, 1);
     journal_.reserve_more(r.table.num_blocks() + r.s.host_blocks.size() + 2);
     release_blocks(r);
     r.table.clear_without_release();
@@ -767,16 +788,23 @@ class kv_manager {
 
   void charge(tenant_id t, std::size_t blocks) {
     if (!t.valid() || blocks == 0) return;
-    if (tx_open_) {
-      admission_.charge(t, 0);  // creates the tenant's account first, so the charge below cannot throw
-      push_state({state_kind::charged, 0, t, blocks, {}, 0, std::nullopt});
-    }
-    admission_.charge(t, blocks);
+    std::size_t& used = admission_.usage_counter(t);  // one lookup; creating the account is the only throw
+    if (tx_open_) record_charge(t, blocks, owner_charged);
+    used += blocks;
   }
   void refund(tenant_id t, std::size_t blocks) {
     if (!t.valid() || blocks == 0) return;
-    if (tx_open_) push_state({state_kind::refunded, 0, t, blocks, {}, 0, std::nullopt});
+    if (tx_open_) record_charge(t, blocks, owner_refunded);
     admission_.refund(t, blocks);
+  }
+  void record_charge(tenant_id t, std::size_t blocks, std::uint32_t kind) {
+    charges_.push_back({t, blocks});
+    try {
+      journal_.push(detail::undo_op::owner, owner_target, kind, static_cast<std::uint32_t>(charges_.size() - 1));
+    } catch (...) {
+      charges_.pop_back();
+      throw;
+    }
   }
 
   // ----- journal ---------------------------------------------------------------------------------
@@ -795,9 +823,10 @@ class kv_manager {
   void record_shape(request& r) {
     if (!tx_open_) return;
     shapes_.push_back({static_cast<std::uint32_t>(&r - seqs_.data()), r.table.num_blocks(), r.table.num_tokens(),
-                       r.s.tokens.size(), r.s.keys.size(), r.s.computed, r.s.committed, r.s.tokens_known});
+                       r.s.tokens.size(), r.s.keys.size(), r.s.computed, r.s.committed, r.s.tokens_known,
+                       r.s.tail_shared});
     try {
-      journal_.push(detail::undo_op::owner, owner_target, 0, static_cast<std::uint32_t>(shapes_.size() - 1));
+      journal_.push(detail::undo_op::owner, owner_target, owner_shape, static_cast<std::uint32_t>(shapes_.size() - 1));
     } catch (...) {
       shapes_.pop_back();
       throw;
@@ -811,7 +840,7 @@ class kv_manager {
     push_state(std::move(rec));
   }
   void push_state(state_record rec) {
-    journal_.push(detail::undo_op::owner, owner_target, 1, static_cast<std::uint32_t>(states_.size()));
+    journal_.push(detail::undo_op::owner, owner_target, owner_state, static_cast<std::uint32_t>(states_.size()));
     try {
       states_.push_back(std::move(rec));
     } catch (...) {
@@ -827,12 +856,19 @@ class kv_manager {
         cache_.undo(u);
       } else if (u.target == host_target) {
         host_->undo(u);
-      } else if (u.block == 0) {
+      } else if (u.block == owner_shape) {
         undo_shape(shapes_[u.aux]);
         shapes_.resize(u.aux);
-      } else {
+      } else if (u.block == owner_state) {
         undo_state(states_[u.aux]);
         states_.resize(u.aux);
+      } else {
+        const charge_record& c = charges_[u.aux];
+        if (u.block == owner_charged)
+          admission_.refund(c.tenant, c.blocks);
+        else
+          admission_.charge(c.tenant, c.blocks);
+        charges_.resize(u.aux);
       }
     }
     journal_.truncate(mark);
@@ -846,6 +882,7 @@ class kv_manager {
     r.s.computed = rec.computed;
     r.s.committed = rec.committed;
     r.s.tokens_known = rec.tokens_known;
+    r.s.tail_shared = rec.tail_shared;
   }
 
   void undo_state(state_record& rec) noexcept {
@@ -871,12 +908,6 @@ class kv_manager {
         r.s = std::move(*rec.state);
         break;
       }
-      case state_kind::charged:
-        admission_.refund(rec.tenant, rec.blocks);
-        break;
-      case state_kind::refunded:
-        admission_.charge(rec.tenant, rec.blocks);
-        break;
     }
   }
 
@@ -887,6 +918,7 @@ class kv_manager {
     journal_.clear();
     shapes_.clear();
     states_.clear();
+    charges_.clear();
     tx_open_ = false;
   }
 
@@ -917,11 +949,12 @@ class kv_manager {
   mutable std::vector<block_key> probe_keys_;  // scratch: cached_prefix_tokens
   prefix_stats stats_;
   // Transaction state. Invariant: while tx_open_, the caches record into journal_, and every owner
-  // record in journal_ indexes shapes_ (block 0) or states_ (block 1) in push order.
+  // record in journal_ indexes shapes_, states_ or charges_ (by its block field) in push order.
   bool tx_open_ = false;
   detail::undo_journal journal_;
   std::vector<shape_record> shapes_;
   std::vector<state_record> states_;
+  std::vector<charge_record> charges_;
   prefix_stats stats_before_;
 };
 

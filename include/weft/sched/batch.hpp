@@ -23,9 +23,10 @@ struct kv_transfer {
   std::int64_t bytes = 0;
 };
 
-/// One request's share of an iteration. The step computes the KV of the request's tokens
-/// [first_token(), context_tokens) — prompt tokens while prefilling, else the latest emitted token —
-/// and, when emits_token, samples the next token from the last one's logits.
+/// One request's share of an iteration. The step computes the KV of the request's tokens at
+/// positions [first_position(), context_tokens) — prompt (or recompute) tokens while prefilling, whose
+/// ids the KV manager holds (kv().tokens(id)); else one decode token, `token` — and, when emits_token,
+/// samples the next token from the last position's logits.
 struct batch_entry {
   request_id id{};
   client_id client{};
@@ -33,8 +34,9 @@ struct batch_entry {
   std::int64_t decode_tokens = 0;   ///< 1 for a decode step, 0 otherwise
   std::int64_t context_tokens = 0;  ///< tokens whose KV this entry reads (attention), after the step
   bool emits_token = false;         ///< true when this step produces an output token
+  token_id token = -1;              ///< a decode step's input: the request's latest sampled token (-1: prefill)
   /// Position of the first token this step computes. O(1).
-  std::int64_t first_token() const noexcept { return context_tokens - prefill_tokens - decode_tokens; }
+  std::int64_t first_position() const noexcept { return context_tokens - prefill_tokens - decode_tokens; }
 };
 
 /// One KV copy the engine runs before the iteration's forward pass. Run batch::copies in list order:

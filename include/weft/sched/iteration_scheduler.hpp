@@ -15,6 +15,7 @@
 #include <weft/sched/victim_policy.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -137,8 +138,8 @@ class iteration_scheduler {
     std::swap(batch_, previous_);
     batch_.clear();
     entry_slot_.clear();
-    undo_.clear();
-    delivered_.clear();
+    undo_count_ = 0;
+    may_report_ = 0;
     deferred_finish_.clear();
     const scheduler_stats stats_before = stats_;
     kv_.begin_transaction();
@@ -212,21 +213,33 @@ class iteration_scheduler {
     }
     // The KV manager first, in one transaction: computed KV (what publishes blocks) and frees.
     bool open = false;
+    auto begin = [&] {
+      if (!open) kv_.begin_transaction();
+      open = true;
+    };
     try {
-      for (std::size_t k = 0; k < n; ++k) {
+      // Only prefill steps, first steps and finishing requests can need the KV manager (see
+      // needs_report); schedule() counted the first two, so a batch of decodes skips this pass.
+      for (std::size_t k = 0; k < n && (may_report_ > 0 || !done_entries_.empty()); ++k) {
         const batch_entry& e = batch_.entries[k];
         const slot& s = running_[entry_slot_[k]];
+        if (!with_tokens(s)) continue;  // counted requests publish nothing
         const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
-        // A finishing request publishes its last full blocks (a multi-turn conversation's next turn
-        // hits them); the others report when a block fills.
-        if (is_done_[k] ? done == s.reported : !needs_report(s, done)) continue;
-        if (!open) kv_.begin_transaction();
-        open = true;
-        kv_.computed(s.req.id, static_cast<std::size_t>(done));
+        if (is_done_[k]) {
+          // A finishing request publishes its last full blocks (a multi-turn conversation's next turn
+          // hits them): the KV manager gets the ids it has not heard of, then the computed count.
+          if (done == s.reported) continue;
+          begin();
+          unsynced_ids(s, e.decode_tokens > 0, ids_scratch_);
+          if (!ids_scratch_.empty()) (void)kv_.append(s.req.id, ids_scratch_);
+          kv_.computed(s.req.id, static_cast<std::size_t>(done));
+        } else if (needs_report(s, e, done)) {
+          begin();
+          kv_.computed(s.req.id, static_cast<std::size_t>(done));
+        }
       }
       for (std::size_t k : done_entries_) {
-        if (!open) kv_.begin_transaction();
-        open = true;
+        begin();
         kv_.free(running_[entry_slot_[k]].req.id);
       }
     } catch (...) {
@@ -239,7 +252,9 @@ class iteration_scheduler {
       const batch_entry& e = batch_.entries[k];
       slot& s = running_[entry_slot_[k]];
       const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
-      if (!is_done_[k] && needs_report(s, done)) s.reported = done;
+      if (!is_done_[k] && with_tokens(s) && needs_report(s, e, done)) s.reported = done;
+      // The decode step computed the KV of its input token: its id joins the unsynced ones.
+      if (e.decode_tokens > 0 && with_tokens(s) && !s.pending_in_kv) s.fresh[s.fresh_count++] = s.pending;
       s.done = done;
       if (e.emits_token) {
         ++s.generated;
@@ -299,11 +314,7 @@ class iteration_scheduler {
     if (pick == running_.size()) return std::nullopt;
     slot& v = running_[pick];
     migrated m{v.req, v.generated, v.done, {}};
-    if (!v.req.prompt.empty()) {
-      const auto t = kv_.tokens(v.req.id);
-      m.tokens.assign(t.begin(), t.end());
-      if (!v.pending_in_kv) m.tokens.push_back(v.pending);
-    }
+    if (with_tokens(v)) all_ids(v, m.tokens);
     kv_.begin_transaction();
     try {
       kv_.free(v.req.id);
@@ -335,22 +346,35 @@ class iteration_scheduler {
   }
 
  private:
+  static constexpr std::uint32_t fresh_capacity = 15;
+  // Fields in the order a decode step touches them: the scheduling state first (one cache line),
+  // then the request (its id and client), then the rarely used buffers.
   struct slot {
-    request req;
     std::int64_t target = 0;     // tokens to prefill before decoding: prompt (+ generated, after recompute)
     std::int64_t done = 0;       // tokens whose KV is computed
     std::int64_t generated = 0;  // output tokens produced while in this scheduler
     std::int64_t reported = -1;  // computed tokens last reported to the KV manager (-1: report at once)
+    // Decode steps inside the request's private room need no KV call: the KV manager hears of their
+    // ids (fresh, kept inline so the slots stay contiguous) at the next block boundary, when fresh is
+    // full, or at a fork, preemption or finish ("sync"). Invariants: the KV manager holds `synced`
+    // slots and the ids of the first synced tokens (plus pending when pending_in_kv); fresh holds the
+    // ids of tokens [synced, done) when !pending_in_kv.
+    std::int64_t synced = 0;  // tokens with a slot in the KV manager
+    std::int64_t room = 0;    // tokens the request's private blocks hold (0: ask the KV manager)
+    std::uint32_t fresh_count = 0;
+    token_id pending = 0;  // the latest sampled token: the next decode step's input
     int preemptions = 0;
-    std::vector<token_id> tokens;  // after a recompute preemption: every id to prefill again
-    token_id pending = 0;          // the latest sampled token: the next decode step's input
-    bool pending_in_kv = false;    // the KV manager already holds pending (a slot was given to it)
+    bool pending_in_kv = false;  // the KV manager already holds pending (a slot was given to it)
     bool alive = true;
+    request req;
+    std::array<token_id, fresh_capacity> fresh{};
+    std::vector<token_id> tokens;  // after a recompute preemption: every id to prefill again
   };
 
   // One entry of schedule()'s undo log (applied newest first on failure).
   enum class undo_kind : std::uint8_t {
     slot_saved,         // running_[index] changed; saved holds it before
+    sync_saved,         // running_[index]'s sync state changed; synced, room, pending_in_kv, fresh_count hold it
     running_pushed,     // a slot was appended to running_
     requeued_inserted,  // requeued_[index] was inserted
     requeued_erased,    // requeued_[index] was erased; saved holds it
@@ -363,25 +387,67 @@ class iteration_scheduler {
     undo_kind kind;
     std::size_t index = 0;
     std::optional<slot> saved;
+    std::int64_t synced = 0, room = 0;
+    bool pending_in_kv = false;
+    std::uint32_t fresh_count = 0;
   };
 
   static bool in_decode(const slot& s) noexcept { return s.done >= s.target; }
+  // A decode step that needs no KV call: its slot is in the request's private room and its input id
+  // fits the fresh buffer.
+  static bool in_room(const slot& s, std::int64_t tokens) noexcept {
+    return s.done >= s.target && tokens <= s.room && (s.pending_in_kv || s.fresh_count < fresh_capacity);
+  }
+
+  // Room for n more elements with geometric growth, so the next n push_backs cannot throw.
+  template <class T>
+  static void reserve_more(std::vector<T>& v, std::size_t n) {
+    if (v.capacity() - v.size() < n) v.reserve(std::max(v.capacity() * 2, v.size() + n));
+  }
   static bool with_tokens(const slot& s) noexcept { return !s.req.prompt.empty(); }
 
   static weft::kv::request_options kv_options(const request& r) noexcept {
     return weft::kv::request_options{r.cache_salt, r.adapter_id, r.media, r.client};
   }
 
-  // computed() is reported when a block fills (only full blocks are published, so that is when it
-  // matters) and at once after an admission or a swap-in (their copied-in blocks wait for it).
-  bool needs_report(const slot& s, std::int64_t done) const noexcept {
+  // When complete() reports computed KV: after the first step of an admission or a swap-in (their
+  // copied-in blocks wait for it) and when a prefill chunk fills a block (only full blocks are
+  // published, so that is when it matters: prompts are what other requests share). Decoded blocks are
+  // published when the request leaves the batch (finish, preemption, fork, migration): a decode step
+  // then costs the KV manager nothing until its private block is full.
+  bool needs_report(const slot& s, const batch_entry& e, std::int64_t done) const noexcept {
+    if (done > s.synced) return false;
+    if (s.reported < 0) return true;
     const auto bs = static_cast<std::int64_t>(kv_.block_size());
-    return s.reported < 0 || done / bs != s.reported / bs;
+    return e.decode_tokens == 0 && done / bs != s.reported / bs;
   }
-  void report_computed(slot& s) {
-    if (s.reported == s.done) return;
-    kv_.computed(s.req.id, static_cast<std::size_t>(s.done));
-    s.reported = s.done;
+  std::int64_t round_up(std::int64_t tokens) const noexcept {
+    const auto bs = static_cast<std::int64_t>(kv_.block_size());
+    return (tokens + bs - 1) / bs * bs;
+  }
+  // The ids the KV manager has not heard of yet whose KV is computed (with_pending: the latest
+  // sampled one too, when its step ran).
+  void unsynced_ids(const slot& s, bool with_pending, std::vector<token_id>& out) const {
+    out.assign(s.fresh.begin(), s.fresh.begin() + s.fresh_count);
+    if (with_pending && !s.pending_in_kv) out.push_back(s.pending);
+  }
+  // Brings the KV manager up to date with s (its ids and computed KV), before a fork or a swap-out.
+  void sync(slot& s) {
+    if (with_tokens(s) && s.fresh_count > 0) {
+      // Inside the private room: nothing to allocate.
+      const auto r = kv_.append(s.req.id, std::span<const token_id>(s.fresh.data(), s.fresh_count));
+      expects(r.fits, errc::precondition, "weft::sched::iteration_scheduler", "request ", s.req.id,
+              ": the KV manager refused ", s.fresh_count, " tokens inside the blocks it already holds");
+      s.synced += s.fresh_count;
+      s.fresh_count = 0;
+    } else if (!with_tokens(s) && s.synced < s.done) {
+      (void)kv_.grow(s.req.id, static_cast<std::size_t>(s.done));
+      s.synced = s.done;
+    }
+    if (s.reported != s.done) {
+      kv_.computed(s.req.id, static_cast<std::size_t>(s.done));
+      s.reported = s.done;
+    }
   }
 
   void plan_iteration(double now) {
@@ -389,9 +455,16 @@ class iteration_scheduler {
     head_ = find_head();
     // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
     // first so its growth can never be blocked by others' growth in the same iteration.
+    reserve_more(batch_.entries, running_.size());
+    reserve_more(entry_slot_, running_.size());
     if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true);
-    for (std::size_t i = 0; i < running_.size(); ++i)
-      if (i != head_ && running_[i].alive && in_decode(running_[i])) decode_or_continue(i, true);
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      if (i == head_ || !running_[i].alive || !in_decode(running_[i])) continue;
+      if (in_room(running_[i], running_[i].done + 1))
+        add_entry(i, 0, 1);  // the common case: a decode inside the request's private room
+      else
+        decode_or_continue(i, true);
+    }
     // (2) Swapped-out requests return before anything new is admitted.
     resume_swapped(now);
     // (3) Partial prefills continue: the head's first (it may preempt), then in admission order.
@@ -403,21 +476,31 @@ class iteration_scheduler {
     admit(now);
   }
 
-  // Gives s slots up to `tokens` tokens: the decode step's input token (fed to the KV manager once)
-  // or the next prefill chunk. A copy-on-write order joins the batch's copies.
+  // Gives s slots up to `tokens` tokens: the next prefill chunk, or the decode step's input token —
+  // free inside the request's private room; at a block boundary the KV manager gets the ids decoded
+  // since the last sync with the new token, and allocates. A copy-on-write order joins the batch's
+  // copies.
   bool ensure(std::size_t i, std::int64_t tokens) {
+    if (in_room(running_[i], tokens)) return true;
+    save_sync_state(i);
     slot& s = running_[i];
     weft::kv::append_result r;
     if (with_tokens(s) && in_decode(s) && !s.pending_in_kv) {
-      r = kv_.append(s.req.id, std::span<const token_id>(&s.pending, 1));
+      unsynced_ids(s, true, ids_scratch_);
+      r = kv_.append(s.req.id, ids_scratch_);
       if (r.fits) {
         s.pending_in_kv = true;
-        delivered_.push_back(i);
+        s.fresh_count = 0;
       }
     } else {
       r = kv_.grow(s.req.id, static_cast<std::size_t>(tokens));
     }
-    if (!r.fits) return false;
+    if (!r.fits) {
+      --undo_count_;  // nothing changed
+      return false;
+    }
+    s.synced = std::max(s.synced, tokens);
+    s.room = round_up(tokens);  // grow and append allocate exactly the blocks the tokens need
     if (r.copy) batch_.copies.push_back({kv_copy::kind::copy_on_write, s.req.id, {}, *r.copy});
     return true;
   }
@@ -446,7 +529,7 @@ class iteration_scheduler {
       if (opt_.chunked_prefill) tokens = std::min(tokens, budget_);
       if (tokens <= 0) return;
     }
-    while (!ensure(i, running_[i].done + tokens)) {
+    while (!in_room(running_[i], running_[i].done + tokens) && !ensure(i, running_[i].done + tokens)) {
       const slot& s = running_[i];
       if (!in_decode(s) && opt_.chunked_prefill) {
         // Shrink the chunk to what fits before preempting anyone.
@@ -499,7 +582,34 @@ class iteration_scheduler {
     return true;
   }
 
-  void save_slot(std::size_t j) { undo_.push_back({undo_kind::slot_saved, j, running_[j]}); }
+  // The undo log reuses its entries (and their buffers) from call to call: undo_count_ are in use.
+  void reserve_undo(std::size_t n) {
+    while (undo_.size() < undo_count_ + n) undo_.emplace_back();
+  }
+  // Appends an entry; reserve_undo() made room, so it cannot throw.
+  undo_entry& push_undo(undo_kind kind, std::size_t index) noexcept {
+    undo_entry& e = undo_[undo_count_++];
+    e.kind = kind;
+    e.index = index;
+    return e;
+  }
+  void save_slot(std::size_t j) {
+    reserve_undo(1);
+    undo_entry& e = undo_[undo_count_];
+    e.saved = running_[j];  // the only throw, before the entry counts
+    push_undo(undo_kind::slot_saved, j);
+  }
+  // What ensure() changes in a slot (its sync state): saved without copying the request; the fresh ids
+  // go into the entry's reused buffer.
+  void save_sync_state(std::size_t j) {
+    reserve_undo(1);
+    const slot& s = running_[j];
+    undo_entry& e = push_undo(undo_kind::sync_saved, j);
+    e.fresh_count = s.fresh_count;  // the ids stay in the slot's buffer: a sync only resets the count
+    e.synced = s.synced;
+    e.room = s.room;
+    e.pending_in_kv = s.pending_in_kv;
+  }
 
   // Preempts running_[j]: to the host tier when swapping and it decodes (it keeps its computed KV),
   // else by recompute.
@@ -511,8 +621,10 @@ class iteration_scheduler {
     v.alive = false;
     ++dead_;
     if ((force_swap || opt_.preemption == preemption_mode::swap) && in_decode(v)) {
-      report_computed(v);  // swap_out keeps exactly the computed tokens
+      sync(v);  // swap_out keeps exactly the computed tokens, so the KV manager must know them all
       if (auto plan = kv_.swap_out(v.req.id)) {
+        v.synced = v.done;  // slots past the computed tokens are dropped
+        v.room = 0;
         batch_.swapped_out.push_back(transfer(v.req.id, *plan));
         batch_.copies.push_back({kv_copy::kind::swap_out, v.req.id, std::move(*plan), {}});
         ++stats_.preempted_swap;
@@ -523,16 +635,25 @@ class iteration_scheduler {
     recompute(v);
   }
 
+  // Every id of a request the KV manager holds by id: what it knows, then what it has not heard of.
+  void all_ids(const slot& v, std::vector<token_id>& out) const {
+    const auto t = kv_.tokens(v.req.id);
+    out.assign(t.begin(), t.end());
+    out.insert(out.end(), v.fresh.begin(), v.fresh.begin() + v.fresh_count);
+    if (v.generated > 0 && !v.pending_in_kv) out.push_back(v.pending);
+  }
+
   void recompute(slot& v) {
     if (with_tokens(v)) {
-      const auto t = kv_.tokens(v.req.id);
-      v.tokens.assign(t.begin(), t.end());
-      if (v.generated > 0 && !v.pending_in_kv) v.tokens.push_back(v.pending);
+      all_ids(v, v.tokens);
       v.pending_in_kv = true;  // the last sampled token is among the ids to prefill again
+      v.fresh_count = 0;
     }
     kv_.free(v.req.id);
     v.target = v.req.prompt_tokens + v.generated;
     v.done = 0;
+    v.synced = 0;
+    v.room = 0;
     v.reported = -1;
     batch_.preempted_recompute.push_back(v.req.id);
     ++stats_.preempted_recompute;
@@ -555,11 +676,11 @@ class iteration_scheduler {
   void insert_ranked(std::vector<slot>& list, const slot& s, undo_kind kind) {
     slot copy = s;  // every allocation first: once the undo entry is logged, the insert must happen
     copy.alive = true;
-    list.reserve(list.size() + 1);
-    undo_.reserve(undo_.size() + 1);
+    reserve_more(list, 1);
+    reserve_undo(1);
     auto pos = std::upper_bound(list.begin(), list.end(), copy,
                                 [](const slot& a, const slot& b) { return rank(a) > rank(b); });
-    undo_.push_back({kind, static_cast<std::size_t>(pos - list.begin()), std::nullopt});
+    push_undo(kind, static_cast<std::size_t>(pos - list.begin()));
     list.insert(pos, std::move(copy));
   }
 
@@ -574,10 +695,11 @@ class iteration_scheduler {
       }
       auto plan = kv_.swap_in(s.req.id);
       if (!plan) break;
-      running_.reserve(running_.size() + 1);
-      undo_.reserve(undo_.size() + 2);
-      undo_.push_back({undo_kind::swapped_erased, swapped_.size() - 1, s});
-      undo_.push_back({undo_kind::running_pushed, 0, std::nullopt});
+      reserve_more(running_, 1);
+      reserve_undo(2);
+      undo_[undo_count_].saved = s;  // the only throw, before the entry counts
+      push_undo(undo_kind::swapped_erased, swapped_.size() - 1);
+      push_undo(undo_kind::running_pushed, 0);
       batch_.swapped_in.push_back(transfer(s.req.id, *plan));
       batch_.copies.push_back({kv_copy::kind::swap_in, s.req.id, std::move(*plan), {}});
       ++stats_.swapped_in;
@@ -585,6 +707,7 @@ class iteration_scheduler {
       swapped_.pop_back();
       const std::size_t i = running_.size() - 1;
       running_[i].reported = -1;  // its copied-in blocks are published once the step ran
+      running_[i].room = 0;
       if (budget_ >= 1 && ensure(i, running_[i].done + 1)) add_entry(i, 0, 1);
     }
   }
@@ -637,26 +760,29 @@ class iteration_scheduler {
       if (alloc->host_to_device.blocks > 0)
         batch_.copies.push_back({kv_copy::kind::prefix_in, s.req.id, std::move(alloc->host_to_device), {}});
       s.reported = -1;
+      s.synced = static_cast<std::int64_t>(alloc->slots);
+      s.room = 0;
+      s.tokens.clear();  // the KV manager holds them now
       s.alive = true;
       // Take it from its source, and into the running batch (undo-logged; room reserved first, so
       // nothing below throws until the queue's own hooks).
-      running_.reserve(running_.size() + 1);
-      undo_.reserve(undo_.size() + 2);
+      reserve_more(running_, 1);
+      reserve_undo(2);
       if (from == source::requeued) {
-        undo_.push_back({undo_kind::requeued_erased, requeued_.size() - 1, requeued_.back()});
+        undo_[undo_count_].saved = requeued_.back();  // the only throw, before the entry counts
+        push_undo(undo_kind::requeued_erased, requeued_.size() - 1);
         requeued_.pop_back();
       } else if (from == source::front) {
-        slot saved;
-        saved.req = front_.front();
-        undo_.push_back({undo_kind::front_erased, 0, std::move(saved)});
+        undo_[undo_count_].saved.emplace().req = front_.front();  // the only throw, before the entry counts
+        push_undo(undo_kind::front_erased, 0);
         front_.erase(front_.begin());
       } else {
-        undo_.push_back({undo_kind::queue_popped, 0, slot{}});
-        undo_.back().saved->req = queue_.pop(now);
+        undo_[undo_count_].saved.emplace();
+        push_undo(undo_kind::queue_popped, 0).saved->req = queue_.pop(now);
         queue_.on_admit(s.req);
       }
       if (from != source::requeued) ++stats_.admitted;
-      undo_.push_back({undo_kind::running_pushed, 0, std::nullopt});
+      push_undo(undo_kind::running_pushed, 0);
       running_.push_back(std::move(s));
       const std::size_t i = running_.size() - 1;
       const bool decode = in_decode(running_[i]);
@@ -687,10 +813,12 @@ class iteration_scheduler {
     return true;
   }
 
-  void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode) {
+  [[gnu::always_inline]] inline void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode) {
     const slot& s = running_[i];
+    if (prefill > 0 || s.reported < 0) ++may_report_;
     const bool emits = decode > 0 || s.done + prefill >= s.target;
-    batch_.entries.push_back({s.req.id, s.req.client, prefill, decode, s.done + prefill + decode, emits});
+    batch_.entries.push_back(
+        {s.req.id, s.req.client, prefill, decode, s.done + prefill + decode, emits, decode > 0 ? s.pending : -1});
     entry_slot_.push_back(i);
     batch_.prefill_tokens += prefill;
     batch_.decode_tokens += decode;
@@ -718,12 +846,20 @@ class iteration_scheduler {
 
   // Undoes schedule()'s changes to the scheduler's own state, newest first.
   void roll_back() noexcept {
-    for (std::size_t u = undo_.size(); u-- > 0;) {
+    for (std::size_t u = undo_count_; u-- > 0;) {
       undo_entry& e = undo_[u];
       switch (e.kind) {
         case undo_kind::slot_saved:
           running_[e.index] = std::move(*e.saved);
           break;
+        case undo_kind::sync_saved: {
+          slot& s = running_[e.index];
+          s.synced = e.synced;
+          s.room = e.room;
+          s.pending_in_kv = e.pending_in_kv;
+          s.fresh_count = e.fresh_count;
+          break;
+        }
         case undo_kind::running_pushed:
           running_.pop_back();
           break;
@@ -745,10 +881,7 @@ class iteration_scheduler {
           break;
       }
     }
-    undo_.clear();
-    // Slots restored above are as before the call; the others only had their token delivered.
-    for (std::size_t i : delivered_)
-      if (i < running_.size()) running_[i].pending_in_kv = false;
+    undo_count_ = 0;
     dead_ = 0;
     entry_slot_.clear();
   }
@@ -793,27 +926,34 @@ class iteration_scheduler {
     c.req.kv_ready_tokens = c.req.prompt_tokens;  // its prompt is shared: the queue charges output only
     c.preemptions = 0;
     c.tokens.clear();
-    running_.reserve(running_.size() + 1);
+    slot parent_before = running_[p];
+    reserve_more(running_, 1);
     ids_.insert(child);
     kv_.begin_transaction();
     bool ok = false;
     try {
-      report_computed(running_[p]);  // the child starts from the parent's computed KV
+      sync(running_[p]);  // the child starts from the parent's computed KV
       ok = kv_.fork(parent, child);
     } catch (...) {
       kv_.rollback_transaction();
-      running_[p].reported = c.reported;
+      running_[p] = std::move(parent_before);
       ids_.erase(child);
       throw;
     }
     if (!ok) {
       kv_.rollback_transaction();
-      running_[p].reported = c.reported;
+      running_[p] = std::move(parent_before);
       ids_.erase(child);
       return false;
     }
     kv_.commit_transaction();
+    // Both now share the partial last block: their next token must go through the KV manager, which
+    // copies it first.
+    running_[p].room = 0;
     c.reported = running_[p].reported;
+    c.synced = running_[p].synced;
+    c.room = 0;
+    c.fresh_count = 0;
     if (first_token != nullptr) c.pending = *first_token;
     c.pending_in_kv = false;
     queue_.on_admit(c.req);
@@ -845,7 +985,9 @@ class iteration_scheduler {
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
   std::vector<undo_entry> undo_;
-  std::vector<std::size_t> delivered_;  // running_ slots whose pending token reached the KV manager this call
+  std::size_t undo_count_ = 0;
+  std::size_t may_report_ = 0;  // entries of the batch that may report computed KV at complete()
+  std::vector<token_id> ids_scratch_;
   std::vector<std::pair<request, std::int64_t>> deferred_finish_;
   std::int64_t budget_ = 0;
   std::size_t head_ = 0;

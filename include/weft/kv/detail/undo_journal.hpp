@@ -5,11 +5,20 @@
 
 #include <weft/kv/types.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace weft::kv::detail {
+
+/// Makes room for n more elements with geometric growth (a plain reserve(size() + n) per push would
+/// reallocate on every call), so the next n push_backs cannot throw. O(size) when it grows.
+template <class T>
+void reserve_more(std::vector<T>& v, std::size_t n) {
+  if (v.capacity() - v.size() >= n) return;
+  v.reserve(std::max(v.capacity() * 2, v.size() + n));
+}
 
 /// What one undo record undoes. Rolled back newest first, each record finds the structure exactly as
 /// the change left it, which is what makes the free-list positions restorable.
@@ -42,7 +51,7 @@ class undo_journal {
     records_.push_back(undo_record{op, target, block, aux, key});
   }
   /// Makes room for n more records, so the next n pushes cannot throw.
-  void reserve_more(std::size_t n) { records_.reserve(records_.size() + n); }
+  void reserve_more(std::size_t n) { detail::reserve_more(records_, n); }
   std::size_t size() const noexcept { return records_.size(); }
   const undo_record& operator[](std::size_t i) const noexcept { return records_[i]; }
   void truncate(std::size_t n) noexcept { records_.resize(n < records_.size() ? n : records_.size()); }
