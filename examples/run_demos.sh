@@ -4,7 +4,7 @@
 set -euo pipefail
 bin_dir=${1:?usage: examples/run_demos.sh <examples-bin-dir>}
 root=$(cd "$(dirname "$0")" && pwd)
-preferred=(core_quickstart allreduce kv_prefix_cache serve_sim moe_expert_cache quant_gemv gradient_coding diloco)
+preferred=(core_quickstart allreduce kv_prefix_cache mini_engine serve_sim moe_expert_cache quant_gemv gradient_coding diloco)
 
 mapfile -t all < <(for d in "$root"/*/; do basename "$d"; done)
 ordered=()

@@ -282,7 +282,8 @@ class iteration_scheduler {
   /// parent that has emitted at least one token. Returns false, changing nothing, when the batch is
   /// full (max_running) or the KV manager refuses (tenant quota). Throws weft::error, changing nothing,
   /// for an unknown or not-yet-decoding parent, a child id already used, or a batch in flight. The
-  /// child is charged to the parent's client for its output only. O(R + parent's blocks and tokens).
+  /// child is charged to the parent's client for its output only, and shares the parent's prompt and
+  /// media spans: keep them alive until the child leaves too. O(R + parent's blocks and tokens).
   bool fork(request_id parent, request_id child, token_id first_token) {
     return fork_impl(parent, child, &first_token);
   }
