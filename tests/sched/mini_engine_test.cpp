@@ -13,6 +13,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
 #include <vector>
 
 using namespace mini_engine;
@@ -129,6 +131,29 @@ std::vector<workload_request> random_workload(std::uint64_t seed, int n, int voc
   return w;
 }
 
+// Dense outputs memoized across runs (the broken variants rerun the same workloads): the check's
+// cost is the dense model, and greedy outputs of the same request only ever extend.
+std::size_t mismatches(const model& m, const serve_result& r, std::size_t& checked) {
+  static std::map<std::vector<std::uint64_t>, std::vector<token_id>> memo;
+  std::size_t bad = 0;
+  checked = 0;
+  for (const auto& [id, out] : r.outputs) {
+    const request_spec& spec = r.specs.at(id);
+    std::vector<std::uint64_t> key(spec.prompt.begin(), spec.prompt.end());
+    key.insert(key.end(), {~0ull, spec.adapter, static_cast<std::uint64_t>(spec.first_rank)});
+    for (const auto& item : spec.media) key.insert(key.end(), {item.content_hash, item.offset, item.length});
+    auto& dense = memo[key];
+    if (dense.size() < out.size()) {
+      request_spec s = spec;
+      s.max_new = static_cast<int>(out.size());
+      dense = generate_dense(m, s);
+    }
+    ++checked;
+    if (!std::equal(out.begin(), out.end(), dense.begin())) ++bad;
+  }
+  return bad;
+}
+
 struct outcome {
   std::size_t requests = 0, mismatches = 0;
   serve_result served;
@@ -143,7 +168,7 @@ outcome run(const model& m, const std::vector<workload_request>& w, ws::schedule
   kv_tensor kv(m, kc.num_blocks, kc.host_blocks, kc.block_size);
   outcome o;
   o.served = serve(m, s, kv, w, f);
-  o.mismatches = count_mismatches(m, o.served, &o.requests);
+  o.mismatches = mismatches(m, o.served, o.requests);
   o.stats = s.stats();
   return o;
 }
@@ -154,13 +179,13 @@ TEST_CASE("the mini engine equals the dense model on randomized workloads", "[sc
   const model m(small_model());
   ws::scheduler_stats total;
   std::uint64_t forks = 0, cow = 0, requests = 0;
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
     for (const auto mode : {ws::preemption_mode::swap, ws::preemption_mode::recompute}) {
       CAPTURE(seed, static_cast<int>(mode));
       ws::scheduler_options so = ws::chunked_prefill(/*token_budget=*/24, /*max_running=*/8);
       so.preemption = mode;
       // 40 blocks of 4 tokens: a handful of requests at a time, so preemption is routine.
-      const auto w = random_workload(seed, 36, m.vocab());
+      const auto w = random_workload(seed, 32, m.vocab());
       const outcome o = run(m, w, so, kv_config_of(40, 10, 4));
       CHECK(o.mismatches == 0);
       CHECK(o.requests >= w.size());
@@ -178,7 +203,7 @@ TEST_CASE("the mini engine equals the dense model on randomized workloads", "[sc
   CHECK(total.cached_prompt_tokens > 0);
   CHECK(forks > 0);
   CHECK(cow > 0);
-  CHECK(requests > 500);
+  CHECK(requests > 300);
 }
 
 TEST_CASE("the mini engine under WFQ, unchunked batching and a roomy cache equals the dense model too",
