@@ -327,6 +327,7 @@ class iteration_scheduler {
     queue_.on_finish(v.req, v.generated);
     ids_.erase(v.req.id);
     running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(pick));
+    ++running_version_;
     return m;
   }
 
@@ -348,8 +349,9 @@ class iteration_scheduler {
 
  private:
   static constexpr std::uint32_t fresh_capacity = 15;
-  // Fields in the order a decode step touches them: the scheduling state first (one cache line),
-  // then the request (its id and client), then the rarely used buffers.
+  // Fields in the order a decode step touches them: the scheduling state and copies of the request's
+  // hot fields first (two cache lines), then the fresh ids, then the request itself and the rarely
+  // used buffers. bind() keeps the copies equal to the request.
   struct slot {
     std::int64_t target = 0;     // tokens to prefill before decoding: prompt (+ generated, after recompute)
     std::int64_t done = 0;       // tokens whose KV is computed
@@ -367,10 +369,20 @@ class iteration_scheduler {
     int preemptions = 0;
     bool pending_in_kv = false;  // the KV manager already holds pending (a slot was given to it)
     bool alive = true;
-    request req;
+    bool with_ids = false;  // copy of !req.prompt.empty()
+    client_id client{};     // copy of req.client
+    request_id id{};        // copy of req.id
+    double arrival_s = 0;   // copy of req.arrival_s
     std::array<token_id, fresh_capacity> fresh{};
+    request req;
     std::vector<token_id> tokens;  // after a recompute preemption: every id to prefill again
   };
+  static void bind(slot& s) noexcept {
+    s.with_ids = !s.req.prompt.empty();
+    s.client = s.req.client;
+    s.id = s.req.id;
+    s.arrival_s = s.req.arrival_s;
+  }
 
   // One entry of schedule()'s undo log (applied newest first on failure).
   enum class undo_kind : std::uint8_t {
@@ -405,7 +417,7 @@ class iteration_scheduler {
   static void reserve_more(std::vector<T>& v, std::size_t n) {
     if (v.capacity() - v.size() < n) v.reserve(std::max(v.capacity() * 2, v.size() + n));
   }
-  static bool with_tokens(const slot& s) noexcept { return !s.req.prompt.empty(); }
+  static bool with_tokens(const slot& s) noexcept { return s.with_ids; }
 
   static weft::kv::request_options kv_options(const request& r) noexcept {
     return weft::kv::request_options{r.cache_salt, r.adapter_id, r.media, r.client};
@@ -506,12 +518,16 @@ class iteration_scheduler {
     return true;
   }
 
-  static auto rank(const slot& s) noexcept { return std::tuple(-s.preemptions, s.req.arrival_s, s.req.id); }
+  static auto rank(const slot& s) noexcept { return std::tuple(-s.preemptions, s.arrival_s, s.id); }
 
-  std::size_t find_head() const noexcept {
+  // The head, recomputed only when running_ changed since the last call (most iterations only decode).
+  std::size_t find_head() noexcept {
+    if (head_version_ == running_version_ && head_cache_ <= running_.size()) return head_cache_;
     std::size_t h = running_.size();
     for (std::size_t i = 0; i < running_.size(); ++i)
       if (h == running_.size() || rank(running_[i]) < rank(running_[h])) h = i;
+    head_cache_ = h;
+    head_version_ = running_version_;
     return h;
   }
 
@@ -705,6 +721,7 @@ class iteration_scheduler {
       batch_.copies.push_back({kv_copy::kind::swap_in, s.req.id, std::move(*plan), {}});
       ++stats_.swapped_in;
       running_.push_back(std::move(swapped_.back()));
+      ++running_version_;
       swapped_.pop_back();
       const std::size_t i = running_.size() - 1;
       running_[i].reported = -1;  // its copied-in blocks are published once the step ran
@@ -736,6 +753,7 @@ class iteration_scheduler {
         s = requeued_.back();
       } else {
         s.req = *next;
+        bind(s);
         s.target = s.req.prompt_tokens;
         s.done = s.req.kv_ready_tokens;
         if (s.done == s.req.prompt_tokens) s.generated = 1;  // prefilled elsewhere: first token exists
@@ -785,6 +803,7 @@ class iteration_scheduler {
       if (from != source::requeued) ++stats_.admitted;
       push_undo(undo_kind::running_pushed, 0);
       running_.push_back(std::move(s));
+      ++running_version_;
       const std::size_t i = running_.size() - 1;
       const bool decode = in_decode(running_[i]);
       std::int64_t tokens = decode ? 1 : running_[i].target - running_[i].done;
@@ -819,7 +838,7 @@ class iteration_scheduler {
     if (prefill > 0 || s.reported < 0) ++may_report_;
     const bool emits = decode > 0 || s.done + prefill >= s.target;
     batch_.entries.push_back(
-        {s.req.id, s.req.client, prefill, decode, s.done + prefill + decode, emits, decode > 0 ? s.pending : -1});
+        {s.id, s.client, prefill, decode, s.done + prefill + decode, emits, decode > 0 ? s.pending : -1});
     entry_slot_.push_back(i);
     batch_.prefill_tokens += prefill;
     batch_.decode_tokens += decode;
@@ -852,6 +871,7 @@ class iteration_scheduler {
       switch (e.kind) {
         case undo_kind::slot_saved:
           running_[e.index] = std::move(*e.saved);
+          ++running_version_;
           break;
         case undo_kind::sync_saved: {
           slot& s = running_[e.index];
@@ -863,6 +883,7 @@ class iteration_scheduler {
         }
         case undo_kind::running_pushed:
           running_.pop_back();
+          ++running_version_;
           break;
         case undo_kind::requeued_inserted:
           requeued_.erase(requeued_.begin() + static_cast<std::ptrdiff_t>(e.index));
@@ -900,6 +921,7 @@ class iteration_scheduler {
       }
     }
     running_.resize(out);
+    ++running_version_;
     for (auto& k : entry_slot_) k = remap_[k];
     dead_ = 0;
   }
@@ -925,6 +947,7 @@ class iteration_scheduler {
     slot c = running_[p];
     c.req.id = child;
     c.req.kv_ready_tokens = c.req.prompt_tokens;  // its prompt is shared: the queue charges output only
+    bind(c);
     c.preemptions = 0;
     c.tokens.clear();
     slot parent_before = running_[p];
@@ -959,6 +982,7 @@ class iteration_scheduler {
     c.pending_in_kv = false;
     queue_.on_admit(c.req);
     running_.push_back(std::move(c));
+    ++running_version_;
     ++stats_.forked;
     return true;
   }
@@ -987,6 +1011,9 @@ class iteration_scheduler {
   std::vector<std::size_t> candidate_slot_;
   std::vector<undo_entry> undo_;
   std::size_t undo_count_ = 0;
+  // find_head()'s cache: running_version_ changes whenever running_ gains, loses or replaces a slot.
+  std::uint64_t running_version_ = 0, head_version_ = ~std::uint64_t{0};
+  std::size_t head_cache_ = 0;
   std::size_t may_report_ = 0;  // entries of the batch that may report computed KV at complete()
   std::vector<token_id> ids_scratch_;
   std::vector<std::pair<request, std::int64_t>> deferred_finish_;
