@@ -144,8 +144,10 @@ int main(int argc, char** argv) {
   // `decision_bench quick`: one pass (fcfs and vtc with token ids) for development.
   const bool quick = argc > 1 && std::string(argv[1]) == "quick";
   if (argc > 1 && std::string(argv[1]) == "profile") {  // one configuration, for perf record
-    const cost c = measure(ws::fcfs_queue{}, argc > 2 ? std::stoul(argv[2]) : 0, true);
-    std::printf("fcfs, token ids: %.1f [%.1f] us\n", c.cpu_us, c.wall_us);
+    const std::size_t churn = argc > 2 ? std::stoul(argv[2]) : 0;
+    const bool vtc = argc > 3 && std::string(argv[3]) == "vtc";
+    const cost c = vtc ? measure(ws::vtc_queue{}, churn, true) : measure(ws::fcfs_queue{}, churn, true);
+    std::printf("%s, token ids: %.1f [%.1f] us\n", vtc ? "vtc" : "fcfs", c.cpu_us, c.wall_us);
     return 0;
   }
   std::printf(
