@@ -253,3 +253,40 @@ TEST_CASE("scheduler rejects bad input and stays usable", "[sched][errors]") {
   CHECK(s.idle());
   CHECK(s.kv().free_blocks() == 16);
 }
+
+TEST_CASE("a finished request's decoded blocks are cached: the next turn of the conversation hits them",
+          "[sched][prefix][publish]") {
+  iteration_scheduler<> s(chunked_prefill(64, 4), fcfs_queue{}, kv_of(64));
+  std::vector<token_id> turn1(20);
+  for (std::size_t i = 0; i < turn1.size(); ++i) turn1[i] = static_cast<token_id>(i + 1);
+  request r;
+  r.id = request_id(1);
+  r.client = client_id(0);
+  r.prompt = turn1;
+  r.prompt_tokens = 20;
+  REQUIRE(s.submit(r, 0.0));
+  std::vector<token_id> answer;
+  for (int step = 0; !s.idle(); ++step) {
+    const batch& b = s.schedule(step);
+    REQUIRE(b.entries.size() == 1);
+    const token_id t = static_cast<token_id>(500 + step);
+    answer.push_back(t);
+    std::vector<request_id> finished;
+    if (answer.size() == 40) finished.push_back(r.id);
+    s.complete(finished, std::vector<token_id>{t});
+  }
+  // Turn 2 resends the conversation: prompt, answer, a new question.
+  std::vector<token_id> turn2 = turn1;
+  turn2.insert(turn2.end(), answer.begin(), answer.end());
+  turn2.insert(turn2.end(), {7, 7, 7, 7, 7});
+  request r2 = r;
+  r2.id = request_id(2);
+  r2.prompt = turn2;
+  r2.prompt_tokens = static_cast<std::int64_t>(turn2.size());
+  REQUIRE(s.submit(r2, 100.0));
+  const batch& b = s.schedule(100.0);
+  REQUIRE(b.entries.size() == 1);
+  // 59 tokens of turn 1 had KV (the last answer token was never fed back): 3 full blocks.
+  CHECK(b.entries[0].first_position() == 48);
+  CHECK(s.stats().cached_prompt_tokens == 48);
+}

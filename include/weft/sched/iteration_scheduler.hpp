@@ -316,11 +316,14 @@ class iteration_scheduler {
     slot& v = running_[pick];
     migrated m{v.req, v.generated, v.done, {}};
     if (with_tokens(v)) all_ids(v, m.tokens);
+    slot before = v;  // sync() changes the slot: restored if the KV manager fails
     kv_.begin_transaction();
     try {
+      if (with_tokens(v)) sync(v);  // its blocks stay cached here for prompts that share them
       kv_.free(v.req.id);
     } catch (...) {
       kv_.rollback_transaction();
+      v = std::move(before);
       throw;
     }
     kv_.commit_transaction();
@@ -662,6 +665,7 @@ class iteration_scheduler {
 
   void recompute(slot& v) {
     if (with_tokens(v)) {
+      sync(v);  // publish what it computed: readmitted, it hits its own blocks instead of recomputing them
       all_ids(v, v.tokens);
       v.pending_in_kv = true;  // the last sampled token is among the ids to prefill again
       v.fresh_count = 0;
