@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -133,8 +134,16 @@ std::string describe(const batch& b) {
   return o.str();
 }
 
-// Everything observable about the scheduler and its KV manager.
-std::string fingerprint(const sched_t& s) {
+// Everything observable about the scheduler and its KV manager: a text, and the key every device and
+// host block carries (compared, not printed: a block key need not be printable).
+struct state_print {
+  std::string text;
+  std::vector<std::optional<wk::block_key>> keys;
+  bool operator==(const state_print&) const = default;
+};
+
+state_print fingerprint(const sched_t& s) {
+  state_print out;
   std::ostringstream o;
   const auto& st = s.stats();
   o << s.waiting() << '/' << s.running() << '/' << st.admitted << '/' << st.preempted_recompute << '/'
@@ -155,15 +164,15 @@ std::string fingerprint(const sched_t& s) {
   for (const auto& [id, r] : reqs) o << id << ": " << r << '\n';
   o << "free";
   kv.cache().pool().for_each_free([&](wk::block_id b) { o << ' ' << b; });
-  o << "\nkeys";
   for (std::uint32_t b = 1; b < kv.cache().pool().capacity(); ++b)
-    if (auto k = kv.cache().key_of(wk::block_id(b))) o << ' ' << b << '=' << *k;
+    out.keys.push_back(kv.cache().key_of(wk::block_id(b)));
   o << "\nhost";
   kv.host_cache()->pool().for_each_free([&](wk::block_id b) { o << ' ' << b; });
   for (std::uint32_t b = 1; b < kv.host_cache()->pool().capacity(); ++b)
-    if (auto k = kv.host_cache()->key_of(wk::block_id(b))) o << ' ' << b << '=' << *k;
+    out.keys.push_back(kv.host_cache()->key_of(wk::block_id(b)));
   o << "\nhits " << kv.stats().hit_tokens << '/' << kv.stats().queried_tokens;
-  return o.str();
+  out.text = o.str();
+  return out;
 }
 
 struct workload {
@@ -200,6 +209,7 @@ workload make_workload(std::uint32_t seed, int n) {
 
 struct run_result {
   std::string trace;
+  state_print end;
   long injected = 0;
   scheduler_stats stats;
 };
@@ -215,7 +225,7 @@ run_result run(const workload& w, preemption_mode mode, bool inject) {
   auto attempt = [&](auto&& call) {
     if (!inject) return call();
     for (long k = 1;; ++k) {
-      const std::string before = fingerprint(s);
+      const state_print before = fingerprint(s);
       ctl->countdown = k;
       try {
         auto result = call();
@@ -272,8 +282,8 @@ run_result run(const workload& w, preemption_mode mode, bool inject) {
       if (m) trace << "migrated " << m->req.id << ' ' << m->tokens.size() << '\n';
     }
   }
-  trace << "idle " << s.idle() << '\n' << fingerprint(s);
-  return {trace.str(), ctl->injected, s.stats()};
+  trace << "idle " << s.idle() << '\n';
+  return {trace.str(), fingerprint(s), ctl->injected, s.stats()};
 }
 
 std::vector<token_id> ids(std::initializer_list<token_id> t) { return t; }
@@ -387,6 +397,7 @@ TEST_CASE("a KV failure at any call of any public method changes nothing", "[sch
       CAPTURE(faulty.injected);
       CHECK(faulty.injected > 500);        // every KV call of every public call failed once
       CHECK(faulty.trace == clean.trace);  // and the run went on exactly as if nothing had failed
+      CHECK(faulty.end == clean.end);
       CHECK(clean.trace.find("idle 1") != std::string::npos);
       // The run exercised what can fail: preemptions, prefix hits and forks.
       CHECK(clean.stats.preempted_swap + clean.stats.preempted_recompute > 0);
