@@ -59,10 +59,11 @@ struct scheduler_stats {
 /// token budget and KV allow. When KV cannot grow, a victim (Victim policy) is preempted.
 ///
 /// The engine loop: submit() requests (with their prompt token ids, or only lengths in simulation);
-/// each iteration b = schedule(now); run b.copies in order, then the forward pass of b.entries (the
-/// token ids are kv().tokens(id), the slots kv().slot_mapping(id, ...), the block table kv().blocks(id));
-/// then complete(finished, decoded) with the token each emitting entry sampled. complete() reports the
-/// computed KV to the KV manager, which only then lets other requests hit those blocks.
+/// each iteration b = schedule(now); run b.copies in order, then the forward pass of b.entries (prefill
+/// ids are kv().tokens(id), a decode step's input is entry.token; K and V go to the slots of
+/// kv().blocks(id)); then complete(finished, decoded) with the token each emitting entry sampled.
+/// complete() reports the computed KV to the KV manager, which only then lets other requests hit those
+/// blocks. examples/mini_engine is this loop on a real model.
 ///
 /// No livelock: the running request ranked first by (preemptions, descending; arrival; id) — the
 /// "head" — is never a victim and its growth may preempt any other, so it progresses every iteration
