@@ -6,6 +6,7 @@
 // is fed back, and computed-KV reports after every step.
 #pragma once
 
+#include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
@@ -112,9 +113,10 @@ class iteration_scheduler {
             " is already in this scheduler (waiting, running or swapped out); request ids must be unique");
     expects(r.prompt.empty() || r.kv_ready_tokens == 0, errc::unsupported, where, "request ", r.id,
             ": kv_ready_tokens is supported only for requests counted by length (no prompt ids)");
-    // ceil((prompt + 1) / block) without the overflow of prompt + 1 + block - 1.
-    const auto block = static_cast<std::uint64_t>(kv_.block_size());
-    const std::uint64_t blocks = static_cast<std::uint64_t>(r.prompt_tokens) / block + 1;
+    // ceil((prompt + 1) / block) = prompt / block + 1, without the overflow of prompt + block: a trace
+    // row may say prompt_tokens = INT64_MAX, which is then refused, not wrapped.
+    const auto block = checked_cast<std::uint64_t>(kv_.block_size(), where);
+    const std::uint64_t blocks = checked_cast<std::uint64_t>(r.prompt_tokens, where) / block + 1;
     if (blocks > kv_.usable_blocks()) {
       ++stats_.rejected;
       return false;
