@@ -40,7 +40,7 @@ constexpr int iterations = 2000;
 // request, as with distinct user prompts, without storing 10^5 prompts.
 const std::vector<ws::token_id>& token_pool() {
   static const std::vector<ws::token_id> pool = [] {
-    ws::detail::rng g(99);
+    weft::rng g(99);
     std::vector<ws::token_id> t(std::size_t{1} << 20);
     for (auto& x : t) x = static_cast<ws::token_id>(g.below(32000));
     return t;
@@ -49,7 +49,7 @@ const std::vector<ws::token_id>& token_pool() {
 }
 
 std::vector<ws::request> make_requests(std::size_t n, std::uint64_t seed, bool with_ids) {
-  ws::detail::rng g(seed);
+  weft::rng g(seed);
   std::vector<ws::request> out(n);
   const auto& pool = token_pool();
   for (std::size_t i = 0; i < n; ++i) {

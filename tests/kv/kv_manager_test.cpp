@@ -593,3 +593,24 @@ TEST_CASE("a rolled-back transaction leaves no trace", "[kv][transaction]") {
   CHECK(kv.contains(request_id(3)));
   CHECK(kv.stats().hit_tokens == stats.hit_tokens + 16);
 }
+
+TEST_CASE("a rolled-back transaction restores the verify-on-hit contents of blocks it refilled",
+          "[kv][transaction][collision]") {
+  kv_config c = cfg(5);  // 4 usable blocks of 16 tokens
+  c.verify_on_hit = true;
+  kv_manager<> kv(c);
+  const auto a = iota_tokens(33);
+  REQUIRE(admit(kv, request_id(1), a));
+  kv.free(request_id(1));  // its two full blocks stay cached on the free list
+  kv.begin_transaction();
+  // Four blocks of other content: request 1's cached blocks are evicted and refilled, keyed anew.
+  REQUIRE(admit(kv, request_id(2), iota_tokens(64, 500)));
+  CHECK(kv.cache().evictions() == 2);
+  kv.rollback_transaction();
+  CHECK(kv.cache().evictions() == 0);
+  // Request 1's blocks are cached again with their own tokens and fingerprints: served, no collision.
+  const auto hit = kv.allocate_prompt(request_id(3), a);
+  REQUIRE(hit);
+  CHECK(hit->cached_tokens == 32);
+  CHECK(kv.cache().collisions() == 0);
+}

@@ -11,10 +11,8 @@ using sched_t = iteration_scheduler<>;
 
 std::function<std::unique_ptr<sched_t>()> factory(const cost_model& m, scheduler_options so, std::int64_t blocks = 0) {
   return [&m, so, blocks] {
-    weft::kv::kv_config kv;
-    kv.block_size = 16;
-    kv.num_blocks = static_cast<std::size_t>(blocks > 0 ? blocks : m.kv_blocks(16)) + 1;  // + the null block
-    kv.bytes_per_token = static_cast<std::size_t>(m.kv_bytes_per_token());
+    weft::kv::kv_config kv = m.kv_manager_config(16);
+    if (blocks > 0) kv.num_blocks = static_cast<std::size_t>(blocks) + 1;  // + the null block
     return std::make_unique<sched_t>(so, fcfs_queue{}, weft::kv::kv_manager<>(kv));
   };
 }

@@ -1,11 +1,13 @@
-// The scheduler's contract: duplicate ids are refused at submit; complete() checks its input and
+// The schedulers' contract: duplicate ids are refused at submit; complete() checks its input and
 // names the request and the rule; and every public call either succeeds or throws leaving the
 // scheduler and its KV manager exactly as they were — checked by a KV manager that fails on its k-th
-// call, for every k, at every call of a whole run, whose trace must then equal an unfailed run's.
+// call, for every k, at every call of a whole run, whose trace must then equal an unfailed run's
+// (iteration_scheduler and prefill_first_scheduler; with and without verify on hit).
 #include "harness.hpp"
 
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/prefill_first_scheduler.hpp>
 #include <weft/sched/vtc_queue.hpp>
 
 #include <map>
@@ -14,6 +16,8 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 using namespace weft::sched;
@@ -101,15 +105,18 @@ struct faulty_kv {
 static_assert(kv_manager<faulty_kv>);
 
 using sched_t = iteration_scheduler<vtc_queue, faulty_kv>;
+using baseline_t = prefill_first_scheduler<vtc_queue, faulty_kv>;
 
-faulty_kv make_kv(std::size_t blocks, std::size_t host) {
+// Keyed with a fixed secret, so two runs' block keys can be compared.
+faulty_kv make_kv(std::size_t blocks, std::size_t host, bool verify_on_hit) {
   wk::kv_config c;
   c.num_blocks = blocks + 1;
   c.host_blocks = host == 0 ? 0 : host + 1;
   c.block_size = 4;
   c.watermark = 0.0;
   c.max_copy_unit_blocks = 3;
-  return faulty_kv{wk::kv_manager<>(c)};
+  c.verify_on_hit = verify_on_hit;
+  return faulty_kv{wk::kv_manager<>(c, wk::sha256_block_hasher(std::string_view("weft contract test: fixed key")))};
 }
 
 std::string describe(const batch& b) {
@@ -142,7 +149,8 @@ struct state_print {
   bool operator==(const state_print&) const = default;
 };
 
-state_print fingerprint(const sched_t& s) {
+template <class S>
+state_print fingerprint(const S& s) {
   state_print out;
   std::ostringstream o;
   const auto& st = s.stats();
@@ -171,6 +179,9 @@ state_print fingerprint(const sched_t& s) {
   for (std::uint32_t b = 1; b < kv.host_cache()->pool().capacity(); ++b)
     out.keys.push_back(kv.host_cache()->key_of(wk::block_id(b)));
   o << "\nhits " << kv.stats().hit_tokens << '/' << kv.stats().queried_tokens;
+  // With verify on hit, a rollback that left a block's stored tokens or fingerprint wrong would show
+  // as a collision when the block is hit again (and as a different trace).
+  o << "\ncollisions " << kv.cache().collisions() << '/' << kv.host_cache()->collisions();
   out.text = o.str();
   return out;
 }
@@ -214,12 +225,13 @@ struct run_result {
   scheduler_stats stats;
 };
 
-// Runs the workload; with `inject`, every public call is first made to fail at its 1st, 2nd, ...
-// KV call (checking that each failure changed nothing) until it runs through. Returns the trace.
-run_result run(const workload& w, preemption_mode mode, bool inject) {
-  scheduler_options o = chunked_prefill(12, 4);
-  o.preemption = mode;
-  sched_t s(o, vtc_queue{}, make_kv(14, 10));
+// Runs the workload through the scheduler make() returns; with `inject`, every public call is first
+// made to fail at its 1st, 2nd, ... KV call (checking that each failure changed nothing) until it
+// runs through. Forks and migrations where the scheduler has them. Returns the trace.
+template <class Make>
+run_result run(const workload& w, Make&& make, bool inject) {
+  const auto owned = make();
+  auto& s = *owned;
   auto ctl = s.kv().ctl;
   std::ostringstream trace;
   auto attempt = [&](auto&& call) {
@@ -264,23 +276,25 @@ run_result run(const workload& w, preemption_mode mode, bool inject) {
       return 0;
     });
     // Now and then a running request gets a parallel sample, or migrates away.
-    if (it % 7 == 3) {
-      for (const auto& e : b.entries) {
-        if (!e.emits_token || left[e.id] <= 1 || e.id.value() >= 1000) continue;
-        const request_id child(next_child++);
-        const bool with_ids = !w.reqs[e.id.value() - 1].prompt.empty();
-        const bool ok = attempt([&] {
-          return with_ids ? s.fork(e.id, child, static_cast<token_id>(child.value() % 97)) : s.fork(e.id, child);
-        });
-        trace << "fork " << e.id << " -> " << child << ' ' << ok << '\n';
-        if (ok) left[child] = left[e.id];
-        break;
+    if constexpr (requires(request_id id) { s.fork(id, id); })
+      if (it % 7 == 3) {
+        for (const auto& e : b.entries) {
+          if (!e.emits_token || left[e.id] <= 1 || e.id.value() >= 1000) continue;
+          const request_id child(next_child++);
+          const bool with_ids = !w.reqs[e.id.value() - 1].prompt.empty();
+          const bool ok = attempt([&] {
+            return with_ids ? s.fork(e.id, child, static_cast<token_id>(child.value() % 97)) : s.fork(e.id, child);
+          });
+          trace << "fork " << e.id << " -> " << child << ' ' << ok << '\n';
+          if (ok) left[child] = left[e.id];
+          break;
+        }
       }
-    }
-    if (it % 23 == 11) {
-      const auto m = attempt([&] { return s.migrate_out(); });
-      if (m) trace << "migrated " << m->req.id << ' ' << m->tokens.size() << '\n';
-    }
+    if constexpr (requires { s.migrate_out(); })
+      if (it % 23 == 11) {
+        const auto m = attempt([&] { return s.migrate_out(); });
+        if (m) trace << "migrated " << m->req.id << ' ' << m->tokens.size() << '\n';
+      }
   }
   trace << "idle " << s.idle() << '\n';
   return {trace.str(), fingerprint(s), ctl->injected, s.stats()};
@@ -388,22 +402,55 @@ TEST_CASE("complete() checks its input, names the request and the rule, and chan
 }
 
 TEST_CASE("a KV failure at any call of any public method changes nothing", "[sched][contract][faults]") {
-  for (const auto mode : {preemption_mode::swap, preemption_mode::recompute}) {
-    for (const std::uint32_t seed : {1u, 2u}) {
-      CAPTURE(seed, static_cast<int>(mode));
+  for (const bool verify : {false, true}) {
+    for (const auto mode : {preemption_mode::swap, preemption_mode::recompute}) {
+      for (const std::uint32_t seed : {1u, 2u}) {
+        CAPTURE(verify, seed, static_cast<int>(mode));
+        const workload w = make_workload(seed, 40);
+        const auto make = [&] {
+          scheduler_options o = chunked_prefill(12, 4);
+          o.preemption = mode;
+          return std::make_unique<sched_t>(o, vtc_queue{}, make_kv(14, 10, verify));
+        };
+        const run_result clean = run(w, make, false);
+        const run_result faulty = run(w, make, true);
+        CAPTURE(faulty.injected);
+        CHECK(faulty.injected > 500);        // every KV call of every public call failed once
+        CHECK(faulty.trace == clean.trace);  // and the run went on exactly as if nothing had failed
+        CHECK(faulty.end == clean.end);
+        CHECK(clean.trace.find("idle 1") != std::string::npos);
+        CHECK(clean.end.text.find("collisions 0/0") != std::string::npos);  // SHA-256 keys: none
+        // The run exercised what can fail: preemptions, prefix hits and forks.
+        CHECK(clean.stats.preempted_swap + clean.stats.preempted_recompute > 0);
+        if (mode == preemption_mode::swap) CHECK(clean.stats.preempted_swap > 0);
+        CHECK(clean.stats.cached_prompt_tokens > 0);
+        CHECK(clean.stats.forked > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("prefill_first_scheduler: a KV failure at any call of any public method changes nothing",
+          "[sched][contract][faults][prefill_first]") {
+  for (const bool verify : {false, true}) {
+    for (const std::uint32_t seed : {1u, 2u, 3u}) {
+      CAPTURE(verify, seed);
       const workload w = make_workload(seed, 40);
-      const run_result clean = run(w, mode, false);
-      const run_result faulty = run(w, mode, true);
+      const auto make = [&] {
+        prefill_first_options o = vllm_baseline(4, 32);
+        o.watermark = 0.0;
+        return std::make_unique<baseline_t>(o, vtc_queue{}, make_kv(14, 10, verify));
+      };
+      const run_result clean = run(w, make, false);
+      const run_result faulty = run(w, make, true);
       CAPTURE(faulty.injected);
-      CHECK(faulty.injected > 500);        // every KV call of every public call failed once
-      CHECK(faulty.trace == clean.trace);  // and the run went on exactly as if nothing had failed
+      CHECK(faulty.injected > 300);
+      CHECK(faulty.trace == clean.trace);
       CHECK(faulty.end == clean.end);
       CHECK(clean.trace.find("idle 1") != std::string::npos);
-      // The run exercised what can fail: preemptions, prefix hits and forks.
-      CHECK(clean.stats.preempted_swap + clean.stats.preempted_recompute > 0);
-      if (mode == preemption_mode::swap) CHECK(clean.stats.preempted_swap > 0);
+      CHECK(clean.end.text.find("collisions 0/0") != std::string::npos);
+      CHECK(clean.stats.preempted_recompute > 0);
       CHECK(clean.stats.cached_prompt_tokens > 0);
-      CHECK(clean.stats.forked > 0);
     }
   }
 }

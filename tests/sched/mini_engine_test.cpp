@@ -1,7 +1,8 @@
 // Proof that the parts compose: randomized workloads (shared prefixes, multi-turn, several tenants,
 // long prompts needing several chunks, memory pressure forcing swaps and recomputes, forks, salts,
 // adapters, images) run through examples/mini_engine — weft::sched driving weft::kv over a paged KV
-// tensor — and every request's output must equal the same model run densely, one request at a time,
+// tensor, keyed by the default SHA-256 hasher, and in some workloads verifying every hit and isolating
+// tenants — and every request's output must equal the same model run densely, one request at a time,
 // with no cache. Deliberately broken variants (publishing a block before its KV is computed, skipping a
 // copy-on-write, a swap that copies the wrong blocks) must make the check fail.
 #include "mini_engine.hpp"
@@ -158,7 +159,7 @@ struct outcome {
   std::size_t requests = 0, mismatches = 0;
   serve_result served;
   ws::scheduler_stats stats;
-  wk::prefix_stats prefix;
+  std::uint64_t collisions = 0;  // verify-on-hit mismatches, device and host tier
 };
 
 template <class Queue = ws::vtc_queue, class KV = wk::kv_manager<>>
@@ -170,6 +171,10 @@ outcome run(const model& m, const std::vector<workload_request>& w, ws::schedule
   o.served = serve(m, s, kv, w, f);
   o.mismatches = mismatches(m, o.served, o.requests);
   o.stats = s.stats();
+  if constexpr (requires { s.kv().cache().collisions(); }) {
+    o.collisions = s.kv().cache().collisions();
+    if (s.kv().host_cache() != nullptr) o.collisions += s.kv().host_cache()->collisions();
+  }
   return o;
 }
 
@@ -184,10 +189,14 @@ TEST_CASE("the mini engine equals the dense model on randomized workloads", "[sc
       CAPTURE(seed, static_cast<int>(mode));
       ws::scheduler_options so = ws::chunked_prefill(/*token_budget=*/24, /*max_running=*/8);
       so.preemption = mode;
-      // 40 blocks of 4 tokens: a handful of requests at a time, so preemption is routine.
+      // 40 blocks of 4 tokens: a handful of requests at a time, so preemption is routine. Every other
+      // seed verifies each hit against the stored tokens and keeps one prefix cache per tenant.
       const auto w = random_workload(seed, 32, m.vocab());
-      const outcome o = run(m, w, so, kv_config_of(40, 10, 4));
+      wk::kv_config kc = kv_config_of(40, 10, 4);
+      kc.verify_on_hit = kc.isolate_tenants = seed % 2 == 0;
+      const outcome o = run(m, w, so, kc);
       CHECK(o.mismatches == 0);
+      CHECK(o.collisions == 0);  // SHA-256 keys: a verified hit never disagrees
       CHECK(o.requests >= w.size());
       total.preempted_recompute += o.stats.preempted_recompute;
       total.preempted_swap += o.stats.preempted_swap;
@@ -211,6 +220,9 @@ TEST_CASE("the mini engine under WFQ, unchunked batching and a roomy cache equal
   const model m(small_model());
   const auto w = random_workload(11, 24, m.vocab());
   CHECK(run<ws::wfq_queue>(m, w, ws::continuous_batching(6, 64), kv_config_of(64, 0, 8)).mismatches == 0);
+  wk::kv_config verified = kv_config_of(64, 0, 8);
+  verified.verify_on_hit = verified.isolate_tenants = true;
+  CHECK(run<ws::wfq_queue>(m, w, ws::continuous_batching(6, 64), verified).mismatches == 0);
   CHECK(run(m, w, ws::chunked_prefill(16, 16), kv_config_of(200, 0, 16)).mismatches == 0);
 }
 
@@ -224,8 +236,10 @@ TEST_CASE("broken variants make the equality check fail", "[sched][engine][fault
     for (const std::uint64_t seed : {1u, 2u, 3u}) {
       const auto w = random_workload(seed, 28, m.vocab());
       const auto so = ws::chunked_prefill(24, 8);
-      CHECK(run(m, w, so, kv_config_of(40, 0, 4)).mismatches == 0);  // the real manager: correct
-      broken += run<ws::vtc_queue, publish_early_kv>(m, w, so, kv_config_of(40, 0, 4)).mismatches;
+      wk::kv_config kc = kv_config_of(40, 0, 4);
+      kc.verify_on_hit = seed == 2;              // verifying tokens cannot tell computed KV from garbage
+      CHECK(run(m, w, so, kc).mismatches == 0);  // the real manager: correct
+      broken += run<ws::vtc_queue, publish_early_kv>(m, w, so, kc).mismatches;
     }
     CHECK(broken > 0);
   }

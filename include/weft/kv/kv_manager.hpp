@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -44,6 +45,13 @@ struct kv_config {
   /// KV bytes of one token (keys and values of every layer), used only to report sizes
   /// (bytes_per_block); 0 = unknown.
   std::size_t bytes_per_token = 0;
+  /// Prefix cache per tenant: request_options::tenant enters the first block's key, so requests of
+  /// different tenants never share cached blocks (nor reveal them through time to first token).
+  bool isolate_tenants = false;
+  /// Verify every prefix hit against the block's stored tokens and an independent fingerprint; a
+  /// key collision is counted (cache().collisions()) and treated as a miss. Costs 4 x block_size +
+  /// 8 bytes per block (device and host tier).
+  bool verify_on_hit = false;
 };
 
 /// Per-request inputs besides the tokens.
@@ -108,7 +116,7 @@ struct prefix_stats {
 /// transaction every call is also all-or-nothing against bad_alloc. Not thread-safe: one scheduler
 /// thread owns it; do not move it while a transaction is open. Complexity per call is O(blocks and
 /// tokens touched) plus O(1) expected per request lookup.
-template <block_hasher Hasher = chained_block_hasher>
+template <block_hasher Hasher = default_block_hasher>
 class kv_manager {
  public:
   using cache_type = hashed_prefix_cache<Hasher>;
@@ -116,8 +124,12 @@ class kv_manager {
   static constexpr std::size_t whole_prompt = std::numeric_limits<std::size_t>::max();
 
   explicit kv_manager(const kv_config& config, Hasher hasher = Hasher{})
-      : config_(validated(config)), cache_(config.num_blocks, config.block_size, hasher) {
-    if (config.host_blocks > 0) host_ = std::make_unique<cache_type>(config.host_blocks, config.block_size, hasher);
+      : config_(validated(config)),
+        cache_(config.num_blocks, config.block_size, hasher,
+               config.verify_on_hit ? hit_check::verify_content : hit_check::key_only) {
+    if (config.host_blocks > 0)
+      host_ = std::make_unique<cache_type>(config.host_blocks, config.block_size, hasher, cache_.verification(),
+                                           cache_.fingerprint_hasher());
     admission_.set_watermark_blocks(
         static_cast<std::size_t>(std::floor(config.watermark * static_cast<double>(cache_.pool().usable_blocks()))));
     bytes_per_block_ = checked_mul(config.bytes_per_token, config.block_size, "weft::kv::kv_manager::kv_manager");
@@ -153,19 +165,24 @@ class kv_manager {
   /// Whether allocate_prompt(id, prompt, options) would succeed now (prefix hits counted). O(prompt).
   bool can_allocate_prompt(std::span<const token_id> prompt, const request_options& options = {}) {
     if (prompt.empty()) return false;
-    return plan(prompt, prompt.size(), options, 0).ok;
+    return plan(prompt, prompt.size(), options, 0, lookup::probe).ok;
   }
 
   /// Leading tokens of prompt that allocate_prompt would find cached (device hits, then host hits;
-  /// a multiple of block_size and less than prompt.size()). Changes nothing. O(prompt).
+  /// a multiple of block_size and less than prompt.size()). Changes nothing (with verify_on_hit, a
+  /// mismatch found here is not counted: allocate_prompt counts it). O(prompt).
   std::size_t cached_prefix_tokens(std::span<const token_id> prompt, const request_options& options = {}) const {
     if (prompt.empty() || !config_.enable_prefix_caching) return 0;
+    const key_options ko = key_options_of(options, options.media);
     probe_keys_.clear();
-    cache_.extend_keys(prompt, key_options_of(options, options.media), probe_keys_);
+    probe_prints_.clear();
+    cache_.extend_keys(prompt, ko, probe_keys_);
+    if (config_.verify_on_hit) cache_.extend_prints(prompt, ko, probe_prints_);
     const std::size_t max_hit = std::min(probe_keys_.size(), (prompt.size() - 1) / block_size());
-    std::size_t hit = cache_.match(std::span<const block_key>(probe_keys_).first(max_hit));
+    const block_chain chain{std::span<const block_key>(probe_keys_).first(max_hit), prompt, probe_prints_};
+    std::size_t hit = cache_.peek_match(chain);
     if (host_)
-      while (hit < max_hit && host_->find(probe_keys_[hit])) ++hit;
+      while (hit < max_hit && host_->peek(chain, hit)) ++hit;
     return hit * block_size();
   }
 
@@ -330,7 +347,7 @@ class kv_manager {
     const std::size_t n = blocks_for(r.s.computed);
     std::size_t hit = 0, revive = 0;
     for (std::size_t i = 0; i < n && i < r.s.committed; ++i) {
-      if (const auto h = host_->find(r.s.keys[i])) {
+      if (const auto h = host_->peek(chain_of(r), i)) {
         ++hit;
         if (host_->is_free(*h)) ++revive;
       }
@@ -351,13 +368,22 @@ class kv_manager {
     const std::size_t n = r.s.host_blocks.size();
     std::size_t hit = 0, revive = 0;
     for (std::size_t i = 0; i < n && i < r.s.committed; ++i) {
-      if (const auto b = cache_.find(r.s.keys[i])) {
+      if (const auto b = cache_.peek(chain_of(r), i)) {
         ++hit;
         if (cache_.is_free(*b)) ++revive;
       }
     }
     if (!fits_new(n - hit + revive) || !admission_.within_quota(r.s.options.tenant, n)) return std::nullopt;
     return atomically([&] { return swap_in_now(r, n); });
+  }
+
+  /// Calls `handler` for every verify-on-hit mismatch (kv_config::verify_on_hit) in the device or
+  /// host tier, after counting it in that tier's cache().collisions(); empty to stop. Mismatches
+  /// found by what-if queries (cached_prefix_tokens, can_allocate_prompt, the room checks of
+  /// swap_out and swap_in) are neither counted nor reported. O(1).
+  void set_collision_handler(const std::function<void(const key_collision&)>& handler) {
+    cache_.set_collision_handler(handler);
+    if (host_) host_->set_collision_handler(handler);
   }
 
   /// Drops every cached key. Returns false, changing nothing, while any request holds blocks. Throws
@@ -387,7 +413,8 @@ class kv_manager {
   /// Keeps every change since begin_transaction(). No-op without an open transaction. O(1).
   void commit_transaction() noexcept { close(); }
   /// Undoes every change since begin_transaction(), newest first: requests, tables, token ids,
-  /// reference counts, free-list order, cached keys, quotas and statistics are as they were. No-op
+  /// reference counts, free-list order, cached keys (with verify_on_hit, their stored tokens and
+  /// fingerprints, and the collision count), quotas and statistics are as they were. No-op
   /// without an open transaction. O(changes).
   void rollback_transaction() noexcept {
     if (!tx_open_) return;
@@ -445,6 +472,7 @@ class kv_manager {
     request_id id{};
     std::vector<token_id> tokens;        // known token ids (prompt + decoded), for block keys
     std::vector<block_key> keys;         // keys of tokens' full blocks, computed lazily
+    std::vector<block_key> prints;       // verify_on_hit: fingerprints of the same blocks (as many as keys)
     std::size_t computed = 0;            // tokens whose KV the engine reported computed
     std::size_t committed = 0;           // blocks [0, committed) were offered to the cache
     bool tokens_known = true;            // false: counted only (allocated by length or a count append)
@@ -466,12 +494,15 @@ class kv_manager {
     std::size_t now_blocks = 0;  // blocks the request holds after the call (hits included)
     std::size_t slot_tokens = 0;
     std::vector<block_key> keys;
+    std::vector<block_key> prints;
   };
+  // Whether a prefix lookup is a what-if (a verify-on-hit mismatch is not counted) or serves blocks.
+  enum class lookup : std::uint8_t { probe, serve };
   // Undo of a hot change (grow, append, computed): everything grows monotonically, so restoring the
   // old sizes restores the request.
   struct shape_record {
     std::uint32_t seq;
-    std::size_t table_blocks, table_tokens, tokens, keys, computed, committed;
+    std::size_t table_blocks, table_tokens, tokens, keys, prints, computed, committed;
     bool tokens_known, tail_shared;
   };
   enum class state_kind : std::uint8_t { created, erased, restored };
@@ -506,10 +537,16 @@ class kv_manager {
     return c;
   }
 
-  // The one place the key inputs of a request are assembled (salt, adapter, media).
-  static key_options key_options_of(const request_options& o, std::span<const multimodal_item> media) noexcept {
-    return key_options{o.cache_salt, o.adapter_id, media};
+  // The one place the key inputs of a request are assembled: salt, adapter, media, and the tenant
+  // when the cache is isolated per tenant.
+  key_options key_options_of(const request_options& o, std::span<const multimodal_item> media) const noexcept {
+    key_options k{o.cache_salt, o.adapter_id, media, std::nullopt};
+    if (config_.isolate_tenants) k.tenant = o.tenant;
+    return k;
   }
+  // The request's full blocks as the prefix cache indexes them (tokens and fingerprints are read
+  // only with verify_on_hit).
+  static block_chain chain_of(const request& r) noexcept { return block_chain{r.s.keys, r.s.tokens, r.s.prints}; }
 
   std::size_t blocks_for(std::size_t tokens) const noexcept {
     return tokens / block_size() + (tokens % block_size() != 0 ? 1 : 0);
@@ -539,18 +576,24 @@ class kv_manager {
   // Computes keys, finds hits (into hits_ / host_hits_) and checks room and quota; changes no
   // reference. prompt is empty for a request allocated by length.
   prompt_plan plan(std::span<const token_id> prompt, std::size_t length, const request_options& options,
-                   std::size_t slots) {
+                   std::size_t slots, lookup how) {
     prompt_plan p;
     hits_.clear();
     host_hits_.clear();
     if (config_.enable_prefix_caching && !prompt.empty()) {
-      cache_.extend_keys(prompt, key_options_of(options, options.media), p.keys);
+      const key_options ko = key_options_of(options, options.media);
+      cache_.extend_keys(prompt, ko, p.keys);
+      if (config_.verify_on_hit) cache_.extend_prints(prompt, ko, p.prints);
       const std::size_t max_hit = std::min(p.keys.size(), (prompt.size() - 1) / block_size());
-      cache_.match(std::span<const block_key>(p.keys).first(max_hit), &hits_);
+      const block_chain chain{std::span<const block_key>(p.keys).first(max_hit), prompt, p.prints};
+      if (how == lookup::serve)
+        cache_.match(chain, &hits_);
+      else
+        cache_.peek_match(chain, &hits_);
       if (host_) {
         // The prefix continues in the host tier: those blocks are copied in instead of recomputed.
         for (std::size_t i = hits_.size(); i < max_hit; ++i) {
-          const auto h = host_->find(p.keys[i]);
+          const auto h = how == lookup::serve ? host_->find(chain, i) : host_->peek(chain, i);
           if (!h) break;
           host_hits_.push_back(host_block_id(h->value()));
         }
@@ -568,7 +611,7 @@ class kv_manager {
 
   std::optional<prompt_allocation> allocate(request_id id, std::span<const token_id> prompt, std::size_t length,
                                             const request_options& options, std::size_t slots) {
-    prompt_plan p = plan(prompt, length, options, slots);
+    prompt_plan p = plan(prompt, length, options, slots, lookup::serve);
     if (!p.ok) return std::nullopt;
     // Everything that can throw first: the request's own copies and the plan.
     sequence_state st;
@@ -579,6 +622,7 @@ class kv_manager {
     st.tokens_known = !prompt.empty();
     st.tokens.assign(prompt.begin(), prompt.end());
     st.keys = std::move(p.keys);
+    st.prints = std::move(p.prints);
     const std::size_t fresh_count = p.now_blocks - hits_.size();
     fresh_.clear();
     fresh_.reserve(fresh_count);
@@ -631,11 +675,12 @@ class kv_manager {
     if (!config_.enable_prefix_caching || !r.s.tokens_known) return;
     const std::size_t full = std::min(r.s.computed, r.s.tokens.size()) / block_size();
     if (full <= r.s.committed) return;
-    if (r.s.keys.size() < full)
-      cache_.extend_keys(std::span<const token_id>(r.s.tokens).first(full * block_size()),
-                         key_options_of(r.s.options, r.s.media), r.s.keys);
+    const std::span<const token_id> filled = std::span<const token_id>(r.s.tokens).first(full * block_size());
+    const key_options ko = key_options_of(r.s.options, r.s.media);
+    if (r.s.keys.size() < full) cache_.extend_keys(filled, ko, r.s.keys);
+    if (config_.verify_on_hit && r.s.prints.size() < full) cache_.extend_prints(filled, ko, r.s.prints);
     const auto blocks = r.table.blocks();
-    for (; r.s.committed < full; ++r.s.committed) cache_.commit(blocks[r.s.committed], r.s.keys[r.s.committed]);
+    for (; r.s.committed < full; ++r.s.committed) cache_.commit(blocks[r.s.committed], chain_of(r), r.s.committed);
   }
 
   std::optional<swap_plan> swap_out_now(request& r, std::size_t n) {
@@ -644,7 +689,7 @@ class kv_manager {
     std::vector<block_id> host(n, block_id::invalid());
     std::size_t hit = 0;
     for (std::size_t i = 0; i < n && i < r.s.committed; ++i) {
-      if (const auto h = host_->find(r.s.keys[i])) {
+      if (const auto h = host_->find(chain_of(r), i)) {
         host[i] = *h;
         ++hit;
       }
@@ -669,7 +714,7 @@ class kv_manager {
         copy_host.push_back(host_block_id(host[i].value()));
         // The host copy holds this content once the plan ran; plans run in order, so a later copy-in
         // of it reads valid KV.
-        if (i < r.s.committed) host_->commit(host[i], r.s.keys[i]);
+        if (i < r.s.committed) host_->commit(host[i], chain_of(r), i);
       }
       hb[i] = host_block_id(host[i].value());
     }
@@ -687,7 +732,7 @@ class kv_manager {
     hits_.assign(n, block_id::invalid());
     std::size_t hit = 0;
     for (std::size_t i = 0; i < n && i < r.s.committed; ++i) {
-      if (auto b = cache_.find(r.s.keys[i])) {
+      if (auto b = cache_.find(chain_of(r), i)) {
         hits_[i] = *b;
         ++hit;
       }
@@ -823,8 +868,8 @@ class kv_manager {
   void record_shape(request& r) {
     if (!tx_open_) return;
     shapes_.push_back({static_cast<std::uint32_t>(&r - seqs_.data()), r.table.num_blocks(), r.table.num_tokens(),
-                       r.s.tokens.size(), r.s.keys.size(), r.s.computed, r.s.committed, r.s.tokens_known,
-                       r.s.tail_shared});
+                       r.s.tokens.size(), r.s.keys.size(), r.s.prints.size(), r.s.computed, r.s.committed,
+                       r.s.tokens_known, r.s.tail_shared});
     try {
       journal_.push(detail::undo_op::owner, owner_target, owner_shape, static_cast<std::uint32_t>(shapes_.size() - 1));
     } catch (...) {
@@ -879,6 +924,7 @@ class kv_manager {
     r.table.truncate_without_release(rec.table_blocks, rec.table_tokens);
     r.s.tokens.resize(rec.tokens);
     r.s.keys.resize(rec.keys);
+    r.s.prints.resize(rec.prints);
     r.s.computed = rec.computed;
     r.s.committed = rec.committed;
     r.s.tokens_known = rec.tokens_known;
@@ -943,10 +989,11 @@ class kv_manager {
   std::vector<request> seqs_;
   std::vector<std::uint32_t> vacant_;
   detail::request_index index_;
-  std::vector<block_id> hits_;                 // scratch: prefix hits of the call in progress
-  std::vector<block_id> fresh_;                // scratch: fresh blocks of the call in progress
-  std::vector<host_block_id> host_hits_;       // scratch: host-tier prefix hits of the call in progress
-  mutable std::vector<block_key> probe_keys_;  // scratch: cached_prefix_tokens
+  std::vector<block_id> hits_;                   // scratch: prefix hits of the call in progress
+  std::vector<block_id> fresh_;                  // scratch: fresh blocks of the call in progress
+  std::vector<host_block_id> host_hits_;         // scratch: host-tier prefix hits of the call in progress
+  mutable std::vector<block_key> probe_keys_;    // scratch: cached_prefix_tokens
+  mutable std::vector<block_key> probe_prints_;  // scratch: cached_prefix_tokens with verify_on_hit
   prefix_stats stats_;
   // Transaction state. Invariant: while tx_open_, the caches record into journal_, and every owner
   // record in journal_ indexes shapes_, states_ or charges_ (by its block field) in push order.

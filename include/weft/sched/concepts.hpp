@@ -68,6 +68,12 @@ concept kv_manager = requires(K& kv, const K& ckv, request_id id, std::span<cons
   kv.rollback_transaction();
 };
 
+/// What a scheduler tells the KV manager about request r besides its tokens: salt, adapter, media and
+/// its client as the tenant its blocks are charged to. O(1). Thread-safe.
+inline weft::kv::request_options kv_request_options(const request& r) noexcept {
+  return weft::kv::request_options{r.cache_salt, r.adapter_id, r.media, r.client};
+}
+
 /// V picks which running request to preempt: choose() returns an index into candidates, which is
 /// never empty. The scheduler removes protected requests from the candidates first (see docs).
 template <class V>

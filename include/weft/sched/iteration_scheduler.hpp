@@ -11,6 +11,7 @@
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
 #include <weft/sched/concepts.hpp>
+#include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/victim_policy.hpp>
@@ -350,7 +351,7 @@ class iteration_scheduler {
   /// Prompt tokens of r the KV manager would find cached now (0 for a request without token ids).
   std::int64_t cached_prefix_tokens(const request& r) const {
     if (r.prompt.empty()) return 0;
-    return static_cast<std::int64_t>(kv_.cached_prefix_tokens(r.prompt, kv_options(r)));
+    return static_cast<std::int64_t>(kv_.cached_prefix_tokens(r.prompt, kv_request_options(r)));
   }
 
  private:
@@ -418,16 +419,7 @@ class iteration_scheduler {
     return s.done >= s.target && tokens <= s.room && (s.pending_in_kv || s.fresh_count < fresh_capacity);
   }
 
-  // Room for n more elements with geometric growth, so the next n push_backs cannot throw.
-  template <class T>
-  static void reserve_more(std::vector<T>& v, std::size_t n) {
-    if (v.capacity() - v.size() < n) v.reserve(std::max(v.capacity() * 2, v.size() + n));
-  }
   static bool with_tokens(const slot& s) noexcept { return s.with_ids; }
-
-  static weft::kv::request_options kv_options(const request& r) noexcept {
-    return weft::kv::request_options{r.cache_salt, r.adapter_id, r.media, r.client};
-  }
 
   // When complete() reports computed KV: after the first step of an admission or a swap-in (their
   // copied-in blocks wait for it) and when a prefill chunk fills a block (only full blocks are
@@ -474,8 +466,8 @@ class iteration_scheduler {
     head_ = find_head();
     // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
     // first so its growth can never be blocked by others' growth in the same iteration.
-    reserve_more(batch_.entries, running_.size());
-    reserve_more(entry_slot_, running_.size());
+    detail::reserve_more(batch_.entries, running_.size());
+    detail::reserve_more(entry_slot_, running_.size());
     if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true);
     for (std::size_t i = 0; i < running_.size(); ++i) {
       if (i == head_ || !running_[i].alive || !in_decode(running_[i])) continue;
@@ -700,7 +692,7 @@ class iteration_scheduler {
   void insert_ranked(std::vector<slot>& list, const slot& s, undo_kind kind) {
     slot copy = s;  // every allocation first: once the undo entry is logged, the insert must happen
     copy.alive = true;
-    reserve_more(list, 1);
+    detail::reserve_more(list, 1);
     reserve_undo(1);
     auto pos = std::upper_bound(list.begin(), list.end(), copy,
                                 [](const slot& a, const slot& b) { return rank(a) > rank(b); });
@@ -719,7 +711,7 @@ class iteration_scheduler {
       }
       auto plan = kv_.swap_in(s.req.id);
       if (!plan) break;
-      reserve_more(running_, 1);
+      detail::reserve_more(running_, 1);
       reserve_undo(2);
       undo_[undo_count_].saved = s;  // the only throw, before the entry counts
       push_undo(undo_kind::swapped_erased, swapped_.size() - 1);
@@ -766,7 +758,7 @@ class iteration_scheduler {
         if (s.done == s.req.prompt_tokens) s.generated = 1;  // prefilled elsewhere: first token exists
       }
       const std::span<const token_id> ids = !s.tokens.empty() ? std::span<const token_id>(s.tokens) : s.req.prompt;
-      const weft::kv::request_options options = kv_options(s.req);
+      const weft::kv::request_options options = kv_request_options(s.req);
       // Orca: the first prefill of an iteration may be any length; later ones stay within token_budget.
       if (!opt_.chunked_prefill && batch_.prefill_tokens > 0 && s.done < s.target) {
         const std::int64_t cached = ids.empty() ? 0 : static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
@@ -792,7 +784,7 @@ class iteration_scheduler {
       s.alive = true;
       // Take it from its source, and into the running batch (undo-logged; room reserved first, so
       // nothing below throws until the queue's own hooks).
-      reserve_more(running_, 1);
+      detail::reserve_more(running_, 1);
       reserve_undo(2);
       if (from == source::requeued) {
         undo_[undo_count_].saved = requeued_.back();  // the only throw, before the entry counts
@@ -804,7 +796,8 @@ class iteration_scheduler {
         front_.erase(front_.begin());
       } else {
         undo_[undo_count_].saved.emplace();
-        push_undo(undo_kind::queue_popped, 0).saved->req = queue_.pop(now);
+        const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
+        push_undo(undo_kind::queue_popped, 0).saved->req = popped;
         queue_.on_admit(s.req);
       }
       if (from != source::requeued) ++stats_.admitted;
@@ -958,7 +951,7 @@ class iteration_scheduler {
     c.preemptions = 0;
     c.tokens.clear();
     slot parent_before = running_[p];
-    reserve_more(running_, 1);
+    detail::reserve_more(running_, 1);
     ids_.insert(child);
     kv_.begin_transaction();
     bool ok = false;
