@@ -170,6 +170,30 @@ TEST_CASE("cached prefixes are not prefilled again", "[sched][prefix]") {
   CHECK(prefilled == 6 * 200);
 }
 
+TEST_CASE("verify on hit and per-tenant isolation through the scheduler: the client is the KV tenant",
+          "[sched][prefix][tenant]") {
+  std::vector<std::vector<token_id>> store;
+  auto jobs = shared_prefix_jobs(store);
+  for (auto& j : jobs) j.req.client = client_id(static_cast<std::uint32_t>(j.req.id.value() % 2));  // two tenants
+  for (const bool isolate : {false, true}) {
+    weft::kv::kv_config c;
+    c.num_blocks = 257;
+    c.block_size = 16;
+    c.verify_on_hit = true;
+    c.isolate_tenants = isolate;
+    iteration_scheduler<> s(chunked_prefill(512, 1), fcfs_queue{}, weft::kv::kv_manager<>(c));
+    std::int64_t prefilled = 0;
+    const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
+    CAPTURE(isolate);
+    CHECK(out.completed == 6);
+    // Shared: one request computes the 160-token prefix, five hit it. Isolated: each tenant computes
+    // its own copy once, and its other two requests hit it.
+    CHECK(s.stats().cached_prompt_tokens == (isolate ? 4u : 5u) * 160);
+    CHECK(prefilled == (isolate ? 2 * 200 + 4 * 40 : 200 + 5 * 40));
+    CHECK(s.kv().cache().collisions() == 0);
+  }
+}
+
 TEST_CASE("a prompt arriving while its prefix is still being computed does not hit it", "[sched][prefix][publish]") {
   std::vector<std::vector<token_id>> store;
   const auto jobs = shared_prefix_jobs(store);
