@@ -7,7 +7,7 @@ bin_dir=${1:?usage: examples/run_demos.sh <examples-bin-dir>}
 bin_dir=$(cd "$bin_dir" && pwd)
 root=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$root")
-preferred=(core_quickstart allreduce kv_prefix_cache serve_sim moe_expert_cache quant_gemv gradient_coding diloco)
+preferred=(core_quickstart allreduce kv_prefix_cache mini_engine serve_sim moe_expert_cache quant_gemv gradient_coding diloco)
 
 # What the speeds printed below were measured with.
 cache="$bin_dir/../../CMakeCache.txt"

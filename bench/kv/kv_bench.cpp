@@ -256,7 +256,8 @@ void bench_append(std::size_t n) {
   timing w, r;
   {
     block_pool pool(n);
-    std::vector<block_table> tables(seqs, block_table(bs));
+    std::vector<block_table> tables;  // move-only: built one by one
+    for (std::size_t k = 0; k < seqs; ++k) tables.emplace_back(bs);
     w = ns_per_op(ops, [&] {
       for (std::size_t k = 0; k < ops; ++k) {
         block_table& t = tables[k % seqs];
@@ -297,8 +298,9 @@ void bench_append(std::size_t n) {
   report("append 1 token (block_table)", n, w, r, "ns/token");
 }
 
-// kv_manager::append with token ids (request lookup, hashing of each filled block, cache commit),
-// with the SHA-256 default and, as the peer, the fast 64-bit hasher.
+// kv_manager::append with token ids, then computed() as the engine reports after the step (request
+// lookups, hashing of each filled block, cache commit), with the SHA-256 default and, as the peer,
+// the fast 64-bit hasher.
 template <class H>
 timing manager_append(std::size_t n) {
   const std::size_t seqs = 256, ops = 1'000'000;
@@ -321,7 +323,9 @@ timing manager_append(std::size_t n) {
               kv.free(request_id(s));
               (void)kv.allocate_prompt(request_id(s), std::span<const token_id>(&tok, 1));
             }
+            continue;
           }
+          kv.computed(id, kv.num_tokens(id));
         }
       },
       std::max(3, default_reps / 2));
@@ -616,7 +620,8 @@ double weft_hit_rate(const std::vector<std::vector<turn>>& convs, std::size_t n,
     auto a = kv.allocate_prompt(rid, prompt, o);
     if (!a) return std::size_t{0};  // does not fit even alone: counted as a miss
     const std::size_t hit = a->cached_tokens;
-    (void)kv.append(rid, answer);
+    kv.computed(rid, prompt.size());                                        // the prefill ran
+    if (kv.append(rid, answer).fits) kv.computed(rid, kv.num_tokens(rid));  // and the decode steps
     kv.free(rid);
     return hit;
   });

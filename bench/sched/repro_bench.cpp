@@ -54,13 +54,7 @@ std::vector<sim::length_pair> sharegpt_lengths(std::string& source) {
   return pairs;
 }
 
-ws::block_kv_manager kv_for(const sim::cost_model& m) {
-  ws::block_kv_manager::options o;
-  o.block_tokens = 16;
-  o.device_blocks = m.kv_blocks(16);
-  o.bytes_per_token = m.kv_bytes_per_token();
-  return ws::block_kv_manager(o);
-}
+weft::kv::kv_manager<> kv_for(const sim::cost_model& m) { return weft::kv::kv_manager<>(m.kv_manager_config(16)); }
 
 // The measured profile of Llama-2-7B on A100, rescaled op by op to the model's layer shape.
 sim::cost_model profiled(sim::cost_params p) {

@@ -21,14 +21,11 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-ws::block_kv_manager make_kv(const sim::cost_model& m) {
-  ws::block_kv_manager::options o;
-  o.block_tokens = 16;
-  o.device_blocks = m.kv_blocks(16);
-  o.host_blocks = o.device_blocks;
-  o.bytes_per_token = m.kv_bytes_per_token();
-  o.copy_unit_blocks = 16;
-  return ws::block_kv_manager(o);
+weft::kv::kv_manager<> make_kv(const sim::cost_model& m) {
+  // As much host memory as HBM for swapping, copied in units of up to 16 blocks.
+  weft::kv::kv_config o = m.kv_manager_config(16, static_cast<std::size_t>(m.kv_blocks(16)));
+  o.max_copy_unit_blocks = 16;
+  return weft::kv::kv_manager<>(o);
 }
 
 int reps = 5;

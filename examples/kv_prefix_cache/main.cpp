@@ -1,5 +1,6 @@
 // kv_prefix_cache: how an engine hands its KV-block bookkeeping to weft::kv.
-//  1. Three chat requests share a system prompt: the second and third reuse its blocks.
+//  1. Three chat requests share a system prompt: the second and third reuse its blocks once the
+//     first one's prefill has run (a block is shared only after its KV is reported computed).
 //  2. Parallel sampling forks a request; the first token a sample writes copies the shared block;
 //     a preempted request goes to the host tier, whose copies keep serving prefix hits.
 //  3. A radix prefix cache with a user-written eviction policy ("one-hit wonders go first").
@@ -55,6 +56,8 @@ int main() {
     std::printf("request %llu: %zu prompt tokens, %zu cached (prefill computes %zu), %zu new blocks\n",
                 static_cast<unsigned long long>(r), prompt.size(), a->cached_tokens, prompt.size() - a->cached_tokens,
                 a->new_blocks);
+    // ... the engine runs the prefill step, then reports it: only now can later prompts hit these blocks.
+    kv.computed(request_id(r), prompt.size());
   }
   print_row("request 1", kv.blocks(request_id(1)));
   print_row("request 3", kv.blocks(request_id(3)));
@@ -66,6 +69,7 @@ int main() {
   std::printf("fork 3 -> 4 allocated nothing: %zu blocks in use\n", kv.used_blocks());
   const token_id next = 777;
   const auto r = kv.append(request_id(4), std::span<const token_id>(&next, 1));
+  kv.computed(request_id(4), kv.num_tokens(request_id(4)));  // after the decode step ran
   if (r.copy)
     std::printf("sample 4's first token lands in shared partial block %u: engine copies %u -> %u first\n",
                 r.copy->src.value(), r.copy->src.value(), r.copy->dst.value());

@@ -9,6 +9,7 @@
 #include <weft/core/dtype.hpp>
 #include <weft/core/error.hpp>
 #include <weft/core/half.hpp>
+#include <weft/core/ids.hpp>
 #include <weft/core/quantile_histogram.hpp>
 #include <weft/core/reduce_ops.hpp>
 #include <weft/core/result.hpp>

@@ -6,7 +6,6 @@
 #include <weft/sched/any_batch_scheduler.hpp>
 #include <weft/sched/any_fair_queue.hpp>
 #include <weft/sched/batch.hpp>
-#include <weft/sched/block_kv_manager.hpp>
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/drr_queue.hpp>
 #include <weft/sched/fcfs_queue.hpp>

@@ -76,6 +76,7 @@ TEST_CASE("archetype hasher drives the prefix cache and the manager", "[kv][arch
     c.verify_on_hit = verify;
     kv_manager<hasher_archetype> kv(c);
     REQUIRE(kv.allocate_prompt(request_id(1), seq(13)));
+    kv.computed(request_id(1), 13);
     const auto r = kv.allocate_prompt(request_id(2), seq(13));
     REQUIRE(r);
     CHECK(r->cached_tokens == 12);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 using weft::kv::block_id;
@@ -116,4 +117,44 @@ TEST_CASE("copy-on-write: forking and freeing in every order returns every block
       CHECK(pool.free_blocks() == pool.usable_blocks());
     } while (std::next_permutation(order.begin(), order.end()));
   }
+}
+
+static_assert(!std::is_copy_constructible_v<block_table> && !std::is_copy_assignable_v<block_table>,
+              "a copied table would hold blocks without references of its own");
+static_assert(std::is_nothrow_move_constructible_v<block_table>);
+
+TEST_CASE("block table sizes that would wrap throw and change nothing", "[kv][table][overflow]") {
+  block_pool pool(16);
+  block_table t(4);
+  REQUIRE(t.append(pool, 5));
+  CHECK_THROWS_WITH(t.append(pool, SIZE_MAX - 3), Catch::Contains("overflow"));
+  CHECK_THROWS_AS(t.blocks_needed(SIZE_MAX), weft::error);
+  CHECK_THROWS_AS(t.ensure_room(pool, SIZE_MAX - 1), weft::error);
+  CHECK(t.num_tokens() == 5);
+  CHECK(t.num_blocks() == 2);
+  CHECK(pool.free_blocks() == 13);
+  CHECK_THROWS_AS(t.slot_of(5), weft::error);  // still bounded by the real token count
+  CHECK_THROWS_AS(block_table(std::size_t{1} << 32), weft::error);
+  // A moved-from table holds nothing, so releasing both hands no block out twice.
+  block_table moved = std::move(t);
+  t.release(pool);  // NOLINT(bugprone-use-after-move): the moved-from table is empty by contract
+  CHECK(pool.free_blocks() == 13);
+  moved.release(pool);
+  CHECK(pool.free_blocks() == 15);
+}
+
+TEST_CASE("block table truncate keeps a prefix and releases the tail", "[kv][table]") {
+  block_pool pool(16);
+  block_table t(4);
+  REQUIRE(t.append(pool, 10));  // 3 blocks
+  const block_id last = t.blocks()[2];
+  t.truncate(pool, 8);
+  CHECK(t.num_tokens() == 8);
+  CHECK(t.num_blocks() == 2);
+  CHECK(pool.is_free(last));
+  t.truncate(pool, 5);
+  CHECK(t.num_blocks() == 2);
+  CHECK_THROWS_AS(t.truncate(pool, 6), weft::error);
+  t.release(pool);
+  CHECK(pool.free_blocks() == 15);
 }

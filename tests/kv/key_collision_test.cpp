@@ -98,6 +98,7 @@ std::size_t foreign_hits(kv_manager<H>& kv, kv_model& m, std::uint64_t id, const
     else
       m.device[blocks[i].value()] = c;
   }
+  kv.computed(request_id(id), prompt.size());  // the prefill ran: its full blocks are published now
   return foreign;
 }
 
@@ -111,6 +112,7 @@ std::size_t foreign_after_swap(kv_manager<H>& kv, kv_model& m, std::uint64_t id,
   const auto in = kv.swap_in(request_id(id));
   REQUIRE(in);
   m.copy(*in);
+  kv.computed(request_id(id), kv.computed_tokens(request_id(id)));  // the copy ran: publish what it brought
   const auto blocks = kv.blocks(request_id(id));
   std::size_t foreign = 0;
   for (std::size_t i = 0; i < prompt.size() / kv.block_size(); ++i) {
@@ -248,6 +250,7 @@ TEST_CASE("verify on hit with the default hasher: same hits as without, no colli
       }
       const auto a = kv.allocate_prompt(request_id(id), prompt, o);
       REQUIRE(a);
+      kv.computed(request_id(id), prompt.size());
       cached.push_back(a->cached_tokens + 1000 * a->host_hit_blocks);
       if (r.bernoulli(0.3)) {
         REQUIRE(kv.swap_out(request_id(id)));
@@ -279,6 +282,7 @@ TEST_CASE("tenant isolation: one tenant never hits another's blocks", "[kv][tena
     c.isolate_tenants = isolate;
     kv_manager<> kv(c);
     REQUIRE(kv.allocate_prompt(request_id(1), prompt, opts(1)));
+    kv.computed(request_id(1), prompt.size());
     const auto other = kv.allocate_prompt(request_id(2), prompt, opts(2));
     const auto same = kv.allocate_prompt(request_id(3), prompt, opts(1));
     const auto none = kv.allocate_prompt(request_id(4), prompt, request_options{});  // uncharged
@@ -308,4 +312,35 @@ TEST_CASE("verify on hit rejects calls that cannot be verified and states its me
   checked.extend_prints(t, {}, prints);
   CHECK(checked.commit(b[0], block_chain{keys, t, prints}, 0));
   CHECK(checked.match(block_chain{keys, t, prints}) == 1);
+}
+
+TEST_CASE("verify on hit inside a rolled-back transaction: the collision count and the cache are as before",
+          "[kv][collision][transaction]") {
+  kv_config c;
+  c.num_blocks = 17;
+  c.block_size = 4;
+  c.watermark = 0;
+  c.verify_on_hit = true;
+  kv_manager<one_key_hasher> kv(c);
+  std::size_t reported = 0;
+  kv.set_collision_handler([&](const key_collision&) { ++reported; });
+  const auto a = seq(5, 1);  // one full block: every block of this hasher has the same key
+  REQUIRE(kv.allocate_prompt(request_id(1), a));
+  kv.computed(request_id(1), a.size());  // block 0 of a is published under the one key
+  const std::size_t cached = kv.cache().cached_blocks();
+  kv.begin_transaction();
+  const auto b = kv.allocate_prompt(request_id(2), seq(5, 100));  // same key, other tokens: a collision
+  REQUIRE(b);
+  CHECK(b->cached_tokens == 0);
+  CHECK(kv.cache().collisions() == 1);
+  kv.rollback_transaction();
+  CHECK(kv.cache().collisions() == 0);  // the rolled-back call counted nothing
+  CHECK(reported == 1);                 // the handler saw it (a report is not undone)
+  CHECK_FALSE(kv.contains(request_id(2)));
+  CHECK(kv.cache().cached_blocks() == cached);
+  // Request 1's block still serves its own content.
+  const auto again = kv.allocate_prompt(request_id(3), a);
+  REQUIRE(again);
+  CHECK(again->cached_tokens == 4);
+  CHECK(kv.cache().collisions() == 0);
 }

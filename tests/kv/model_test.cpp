@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <list>
 #include <map>
+#include <optional>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -111,14 +112,23 @@ struct model_request {
   std::vector<token_id> tokens;  // empty when unknown (count-only appends happened)
   bool known = true;
   std::uint64_t salt = 0;
-  std::size_t num_tokens = 0;
+  std::size_t num_tokens = 0;  // tokens with a slot
+  std::size_t computed = 0;
   bool swapped = false;
+  bool operator==(const model_request&) const = default;
 };
 
+// Everything observable about a manager: tables, reference counts, free-list order (device and
+// host), the key every block carries, and the statistics.
 struct snapshot {
   std::size_t free = 0;
   std::map<std::uint64_t, std::vector<block_id>> tables;
+  std::map<std::uint64_t, std::vector<host_block_id>> host_tables;
+  std::map<std::uint64_t, std::pair<std::size_t, std::size_t>> counts;  // (slots, computed)
   std::vector<std::uint32_t> refs;
+  std::vector<block_id> free_list, host_free_list;
+  std::vector<std::optional<block_key>> keys, host_keys;
+  std::uint64_t hit_tokens = 0;
   bool operator==(const snapshot&) const = default;
 };
 
@@ -127,8 +137,19 @@ snapshot take_snapshot(const kv_manager<>& kv) {
   s.free = kv.free_blocks();
   kv.for_each_request([&](request_id id, const block_table& t, bool) {
     s.tables[id.value()] = std::vector<block_id>(t.blocks().begin(), t.blocks().end());
+    s.host_tables[id.value()] = std::vector<host_block_id>(kv.host_blocks(id).begin(), kv.host_blocks(id).end());
+    s.counts[id.value()] = {kv.num_tokens(id), kv.computed_tokens(id)};
   });
-  for (std::uint32_t b = 1; b < kv.cache().pool().capacity(); ++b) s.refs.push_back(kv.cache().ref_count(block_id(b)));
+  for (std::uint32_t b = 1; b < kv.cache().pool().capacity(); ++b) {
+    s.refs.push_back(kv.cache().ref_count(block_id(b)));
+    s.keys.push_back(kv.cache().key_of(block_id(b)));
+  }
+  kv.cache().pool().for_each_free([&](block_id b) { s.free_list.push_back(b); });
+  if (const auto* host = kv.host_cache()) {
+    host->pool().for_each_free([&](block_id b) { s.host_free_list.push_back(b); });
+    for (std::uint32_t b = 1; b < host->pool().capacity(); ++b) s.host_keys.push_back(host->key_of(block_id(b)));
+  }
+  s.hit_tokens = kv.stats().hit_tokens;
   return s;
 }
 
@@ -146,6 +167,8 @@ void check_invariants(const kv_manager<>& kv, const std::map<std::uint64_t, mode
     const model_request& m = model.at(id.value());
     REQUIRE(swapped == m.swapped);
     REQUIRE(kv.num_tokens(id) == m.num_tokens);
+    REQUIRE(kv.computed_tokens(id) == m.computed);
+    if (m.known) REQUIRE(std::equal(m.tokens.begin(), m.tokens.end(), kv.tokens(id).begin(), kv.tokens(id).end()));
     if (swapped) {
       REQUIRE(t.num_blocks() == 0);
       const auto hb = kv.host_blocks(id);
@@ -204,6 +227,7 @@ void check_invariants(const kv_manager<>& kv, const std::map<std::uint64_t, mode
 
 TEST_CASE("kv_manager matches a reference model over thousands of random operations", "[kv][model]") {
   for (const std::uint32_t seed : {11u, 12u, 13u, 14u}) {
+    CAPTURE(seed);
     std::mt19937 rng(seed);
     kv_config c;
     c.num_blocks = 48;
@@ -218,14 +242,33 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
     for (auto& d : docs)
       for (int i = 0; i < 40; ++i) d.push_back(static_cast<token_id>(rng() % 5));
     std::uint64_t next_id = 1;
-    std::size_t hits = 0, failures = 0, host_hits = 0;
+    std::size_t hits = 0, failures = 0, host_hits = 0, rollbacks = 0;
+    // Transactions: opened at random, then committed or rolled back; a rollback must restore the
+    // snapshot taken at the start exactly.
+    std::optional<snapshot> tx_snapshot;
+    std::map<std::uint64_t, model_request> tx_model;
     auto pick = [&]() -> std::uint64_t {
       auto it = model.begin();
       std::advance(it, static_cast<long>(rng() % model.size()));
       return it->first;
     };
-    for (int step = 0; step < 3000; ++step) {
-      const int op = static_cast<int>(rng() % 8);
+    for (int step = 0; step < 4000; ++step) {
+      if (!tx_snapshot && rng() % 16 == 0) {
+        tx_snapshot = take_snapshot(kv);
+        tx_model = model;
+        kv.begin_transaction();
+      } else if (tx_snapshot && rng() % 8 == 0) {
+        if (rng() % 2 == 0) {
+          kv.rollback_transaction();
+          model = tx_model;
+          REQUIRE(take_snapshot(kv) == *tx_snapshot);
+          ++rollbacks;
+        } else {
+          kv.commit_transaction();
+        }
+        tx_snapshot.reset();
+      }
+      const int op = static_cast<int>(rng() % 10);
       const snapshot before = take_snapshot(kv);
       if (op <= 1 || model.empty()) {
         const auto& d = docs[rng() % docs.size()];
@@ -234,14 +277,16 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
         request_options o;
         o.cache_salt = rng() % 4 == 0 ? 99 : 0;
         const request_id id(next_id++);
-        const auto r = kv.allocate_prompt(id, prompt, o);
+        const std::size_t slots = rng() % 2 == 0 ? kv_manager<>::whole_prompt : rng() % (prompt.size() + 1);
+        const auto r = kv.allocate_prompt(id, prompt, o, slots);
         if (r) {
           REQUIRE(r->cached_tokens % c.block_size == 0);
           REQUIRE(r->cached_tokens < prompt.size());
+          REQUIRE(r->slots == std::max(r->cached_tokens, std::min(slots, prompt.size())));
           hits += r->cached_tokens;
           host_hits += r->host_hit_blocks;
           REQUIRE(r->host_to_device.blocks == r->host_hit_blocks);
-          model[id.value()] = model_request{prompt, true, o.cache_salt, prompt.size(), false};
+          model[id.value()] = model_request{prompt, true, o.cache_salt, r->slots, r->hit_blocks * c.block_size, false};
         } else {
           ++failures;
           REQUIRE(take_snapshot(kv) == before);
@@ -252,6 +297,16 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
         const std::size_t n = 1 + rng() % 6;
         if (m.swapped) {
           REQUIRE_THROWS_AS(kv.append(request_id(id), n), weft::error);
+        } else if (m.known && m.tokens.size() > m.num_tokens) {
+          // Prompt ids (or a preempted decode id) still without slots: the next chunk grows.
+          const std::size_t to = m.num_tokens + 1 + rng() % (m.tokens.size() - m.num_tokens);
+          const auto r = kv.grow(request_id(id), to);
+          if (r.fits) {
+            m.num_tokens = to;
+          } else {
+            ++failures;
+            REQUIRE(take_snapshot(kv) == before);
+          }
         } else {
           std::vector<token_id> t(n);
           for (auto& x : t) x = static_cast<token_id>(rng() % 5);
@@ -260,14 +315,28 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
           if (r.fits) {
             m.num_tokens += n;
             if (count_only) m.known = false;
-            if (m.known) m.tokens.insert(m.tokens.end(), t.begin(), t.end());
+            if (m.known) {
+              m.tokens.insert(m.tokens.end(), t.begin(), t.end());
+            } else {
+              m.tokens.clear();
+            }
             if (r.copy) REQUIRE(before.refs[r.copy->src.value() - 1] >= 2);
           } else {
             ++failures;
             REQUIRE(take_snapshot(kv) == before);
           }
         }
-      } else if (op == 4) {
+      } else if (op <= 5) {
+        const std::uint64_t id = pick();
+        model_request& m = model[id];
+        if (m.swapped) {
+          REQUIRE_THROWS_AS(kv.computed(request_id(id), m.computed), weft::error);
+        } else {
+          const std::size_t n = m.computed + rng() % (m.num_tokens - m.computed + 1);
+          kv.computed(request_id(id), n);
+          m.computed = n;
+        }
+      } else if (op == 6) {
         const std::uint64_t id = pick();
         const model_request m = model[id];
         const request_id child(next_id++);
@@ -278,7 +347,7 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
           REQUIRE(kv.free_blocks() == before.free);
           model[child.value()] = m;
         }
-      } else if (op == 5) {
+      } else if (op == 7) {
         const std::uint64_t id = pick();
         kv.free(request_id(id));
         model.erase(id);
@@ -291,6 +360,7 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
           std::size_t moved = 0;
           for (const auto& u : plan->units) moved += u.count;
           REQUIRE(moved == plan->blocks);
+          if (!m.swapped) m.num_tokens = m.computed;  // slots never written are dropped
           m.swapped = !m.swapped;
         } else {
           ++failures;
@@ -299,9 +369,11 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
       }
       check_invariants(kv, model, seen_keys);
     }
+    if (tx_snapshot) kv.commit_transaction();
     CHECK(hits > 0);       // the workload exercised the cache
     CHECK(host_hits > 0);  // including the host half
     CHECK(failures > 0);   // and the all-or-nothing paths
+    CHECK(rollbacks > 0);  // and transactions
     for (const auto& [id, m] : model) kv.free(request_id(id));
     CHECK(kv.used_blocks() == 0);
     CHECK(kv.host_free_blocks() == c.host_blocks - 1);

@@ -88,13 +88,13 @@ TEST_CASE("capacity of Sarathi vs vLLM-style scheduling under a strict TBT SLO i
   capacity_options o;
   o.start_rate_per_s = 0.5;
   o.tolerance = 0.05;
-  block_kv_manager::options kv;
-  kv.device_blocks = m.kv_blocks(16);
+  const weft::kv::kv_config kv = m.kv_manager_config(16);
   const std::function<std::unique_ptr<iteration_scheduler<>>()> sarathi = [&] {
-    return std::make_unique<iteration_scheduler<>>(chunked_prefill(512, 128), fcfs_queue{}, block_kv_manager(kv));
+    return std::make_unique<iteration_scheduler<>>(chunked_prefill(512, 128), fcfs_queue{}, weft::kv::kv_manager<>(kv));
   };
   const std::function<std::unique_ptr<prefill_first_scheduler<>>()> vllm = [&] {
-    return std::make_unique<prefill_first_scheduler<>>(vllm_baseline(128, 8192), fcfs_queue{}, block_kv_manager(kv));
+    return std::make_unique<prefill_first_scheduler<>>(vllm_baseline(128, 8192), fcfs_queue{},
+                                                       weft::kv::kv_manager<>(kv));
   };
   const capacity_result s = max_rate_under_slo(sarathi, pairs, a, m, slo, o);
   const capacity_result v = max_rate_under_slo(vllm, pairs, a, m, slo, o);

@@ -11,11 +11,9 @@ using sched_t = iteration_scheduler<>;
 
 std::function<std::unique_ptr<sched_t>()> factory(const cost_model& m, scheduler_options so, std::int64_t blocks = 0) {
   return [&m, so, blocks] {
-    block_kv_manager::options kv;
-    kv.block_tokens = 16;
-    kv.device_blocks = blocks > 0 ? blocks : m.kv_blocks(16);
-    kv.bytes_per_token = m.kv_bytes_per_token();
-    return std::make_unique<sched_t>(so, fcfs_queue{}, block_kv_manager(kv));
+    weft::kv::kv_config kv = m.kv_manager_config(16);
+    if (blocks > 0) kv.num_blocks = static_cast<std::size_t>(blocks) + 1;  // + the null block
+    return std::make_unique<sched_t>(so, fcfs_queue{}, weft::kv::kv_manager<>(kv));
   };
 }
 

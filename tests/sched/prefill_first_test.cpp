@@ -1,3 +1,5 @@
+#include "harness.hpp"
+
 #include <weft/sched/iteration_scheduler.hpp>
 #include <weft/sched/prefill_first_scheduler.hpp>
 #include <weft/sched/sim/cluster.hpp>
@@ -13,12 +15,8 @@ using namespace weft::sched::sim;
 
 namespace {
 
-block_kv_manager kv_blocks(std::int64_t blocks) {
-  block_kv_manager::options o;
-  o.block_tokens = 16;
-  o.device_blocks = blocks;
-  return block_kv_manager(o);
-}
+using test::min_kv;
+using test::min_queue;
 
 request req(std::uint64_t id, std::int64_t prompt, double at = 0.0) {
   request r;
@@ -28,51 +26,7 @@ request req(std::uint64_t id, std::int64_t prompt, double at = 0.0) {
   return r;
 }
 
-// The weakest queue and KV manager the concepts allow (one block per token, nothing else).
-struct min_queue {
-  std::deque<request> q;
-  void push(const request& r, double) { q.push_back(r); }
-  const request* peek(double) { return q.empty() ? nullptr : &q.front(); }
-  request pop(double) {
-    request r = q.front();
-    q.pop_front();
-    return r;
-  }
-  void on_admit(const request&) {}
-  void on_tokens(const request&, std::int64_t) {}
-  void on_finish(const request&, std::int64_t) {}
-  std::size_t size() const { return q.size(); }
-  bool empty() const { return q.empty(); }
-};
-struct min_kv {
-  std::int64_t capacity = 600, used = 0;
-  std::unordered_map<request_id, std::int64_t> held;
-  std::int64_t block_tokens() const { return 1; }
-  std::int64_t total_blocks() const { return capacity; }
-  std::int64_t free_blocks() const { return capacity - used; }
-  std::int64_t blocks_to_grow(const request& r, std::int64_t tokens) const {
-    auto it = held.find(r.id);
-    return std::max<std::int64_t>(0, tokens - (it == held.end() ? 0 : it->second));
-  }
-  bool grow(const request& r, std::int64_t tokens) {
-    const std::int64_t need = blocks_to_grow(r, tokens);
-    if (need > free_blocks()) return false;
-    used += need;
-    held[r.id] += need;
-    return true;
-  }
-  void release(request_id id) {
-    used -= held[id];
-    held.erase(id);
-  }
-  std::optional<kv_transfer> swap_out(request_id) { return std::nullopt; }
-  std::optional<kv_transfer> swap_in(request_id) { return std::nullopt; }
-  std::int64_t held_blocks(request_id id) const {
-    auto it = held.find(id);
-    return it == held.end() ? 0 : it->second;
-  }
-  std::int64_t cached_prefix_tokens(const request&) const { return 0; }
-};
+weft::kv::kv_manager<> kv_for(const cost_model& m) { return weft::kv::kv_manager<>(m.kv_manager_config(16)); }
 
 }  // namespace
 
@@ -80,7 +34,7 @@ static_assert(batch_scheduler<prefill_first_scheduler<>>);
 static_assert(batch_scheduler<prefill_first_scheduler<min_queue, min_kv>>);
 
 TEST_CASE("prefill-first: waiting prompts get prefill-only iterations; decodes wait", "[sched][prefill_first]") {
-  prefill_first_scheduler<> s(vllm_baseline(8, 1000), fcfs_queue{}, kv_blocks(1000));
+  prefill_first_scheduler<> s(vllm_baseline(8, 1000), fcfs_queue{}, test::kv_of(1000));
   CHECK(s.submit(req(1, 300), 0));
   CHECK(s.submit(req(2, 400), 0));
   CHECK(s.submit(req(3, 500), 0));  // 300 + 400 + 500 > 1000: waits for the next prefill iteration
@@ -119,22 +73,24 @@ TEST_CASE("prefill-first: waiting prompts get prefill-only iterations; decodes w
 }
 
 TEST_CASE("prefill-first: refuses what can never run; respects the running cap", "[sched][prefill_first]") {
-  prefill_first_scheduler<> s(vllm_baseline(2, 1000), fcfs_queue{}, kv_blocks(1000));
+  prefill_first_scheduler<> s(vllm_baseline(2, 1000), fcfs_queue{}, test::kv_of(1000));
   CHECK_FALSE(s.submit(req(1, 1001), 0));  // longer than max_batched_tokens (vLLM ignores it)
   CHECK(s.stats().rejected == 1);
   for (std::uint64_t i = 2; i <= 5; ++i) CHECK(s.submit(req(i, 10), 0));
   CHECK(s.schedule(0).entries.size() == 2);
   s.complete({});
   CHECK(s.waiting() == 2);
-  CHECK_THROWS_AS(prefill_first_scheduler<>(vllm_baseline(0, 10)), weft::error);
+  CHECK_THROWS_AS(prefill_first_scheduler<>(vllm_baseline(0, 10), fcfs_queue{}, test::kv_of(64)), weft::error);
   prefill_first_options bad;
   bad.watermark = 1.0;
-  CHECK_THROWS_AS(prefill_first_scheduler<>(bad), weft::error);
+  CHECK_THROWS_AS(prefill_first_scheduler<>(bad, fcfs_queue{}, test::kv_of(64)), weft::error);
 }
 
 TEST_CASE("prefill-first: KV pressure preempts the latest arrival by recompute; all finish", "[sched][prefill_first]") {
   // Archetype policies, 600 tokens of KV, 20 requests of up to 100 + 60 tokens.
-  prefill_first_scheduler<min_queue, min_kv> s(vllm_baseline(16, 2000));
+  min_kv kv;
+  kv.capacity = 600;
+  prefill_first_scheduler<min_queue, min_kv> s(vllm_baseline(16, 2000), min_queue{}, kv);
   std::unordered_map<std::uint64_t, std::int64_t> left;
   for (std::uint64_t i = 1; i <= 20; ++i) {
     REQUIRE(s.submit(req(i, 40 + static_cast<std::int64_t>(i * 3) % 60, static_cast<double>(i)), 0));
@@ -184,11 +140,8 @@ TEST_CASE("prefill-first in the simulator: stalls raise TBT against Sarathi; run
   g.prompt = {1500.0, 0.8, 16, 6000};
   g.output = {200.0, 1.0, 1, 1000};
   const workload w = poisson_workload(g);
-  block_kv_manager::options kvo;
-  kvo.device_blocks = m.kv_blocks(16);
-  kvo.bytes_per_token = m.kv_bytes_per_token();
-  prefill_first_scheduler<> vllm(vllm_baseline(128, 8192), fcfs_queue{}, block_kv_manager(kvo));
-  iteration_scheduler<> sarathi(chunked_prefill(512, 128), fcfs_queue{}, block_kv_manager(kvo));
+  prefill_first_scheduler<> vllm(vllm_baseline(128, 8192), fcfs_queue{}, kv_for(m));
+  iteration_scheduler<> sarathi(chunked_prefill(512, 128), fcfs_queue{}, kv_for(m));
   const sim_result a = simulate(vllm, w, m);
   const sim_result b = simulate(sarathi, w, m);
   CAPTURE(a.stats.tbt_p99, b.stats.tbt_p99);
@@ -198,7 +151,7 @@ TEST_CASE("prefill-first in the simulator: stalls raise TBT against Sarathi; run
   CHECK(a.stats.sched_delay_p50 <= b.stats.sched_delay_p50 + 1.0);
   using sched_t = prefill_first_scheduler<>;
   const std::function<std::unique_ptr<sched_t>()> make = [&] {
-    return std::make_unique<sched_t>(vllm_baseline(128, 8192), fcfs_queue{}, block_kv_manager(kvo));
+    return std::make_unique<sched_t>(vllm_baseline(128, 8192), fcfs_queue{}, kv_for(m));
   };
   cluster_options c;
   const cluster_result d = simulate_disaggregated(make, w, m, c);

@@ -29,13 +29,7 @@ std::vector<test::job> random_jobs(std::uint32_t seed, int n, std::int64_t max_p
   return jobs;
 }
 
-block_kv_manager kv_of(std::int64_t blocks, std::int64_t host = 0) {
-  block_kv_manager::options o;
-  o.device_blocks = blocks;
-  o.host_blocks = host;
-  o.block_tokens = 16;
-  return block_kv_manager(o);
-}
+using test::kv_of;
 
 // Checks Sarathi's two rules on every batch: the token budget holds, and every request that emitted a
 // token last iteration and did not finish decodes in this one (unless it was preempted now).
@@ -82,6 +76,7 @@ TEST_CASE("chunked prefill keeps the budget, never stalls a decode and completes
     CHECK(out.empty_iterations_with_work == 0);  // work conservation
     CHECK(s.idle());
     CHECK(s.kv().free_blocks() == 2048);
+    CHECK(s.kv().num_requests() == 0);
   }
 }
 
@@ -133,36 +128,98 @@ TEST_CASE("continuous batching prefills whole prompts", "[sched][orca]") {
   CHECK(out.empty_iterations_with_work == 0);
 }
 
-TEST_CASE("cached prefixes are not prefilled again", "[sched][prefix]") {
+namespace {
+// Six prompts of 200 tokens that share their first 160 token ids (a system prompt), each with 40 of
+// its own; the ids live in `store`.
+std::vector<test::job> shared_prefix_jobs(std::vector<std::vector<token_id>>& store) {
   std::vector<test::job> jobs;
+  store.assign(6, {});
   for (std::uint64_t i = 1; i <= 6; ++i) {
+    auto& t = store[i - 1];
+    for (int k = 0; k < 160; ++k) t.push_back(static_cast<token_id>(1000 + k));
+    for (int k = 0; k < 40; ++k) t.push_back(static_cast<token_id>(10000 * i + static_cast<std::uint64_t>(k)));
     test::job j;
     j.req.id = request_id(i);
     j.req.client = client_id(0);
     j.req.prompt_tokens = 200;
-    j.req.prefix_id = 42;
-    j.req.prefix_tokens = 160;
+    j.req.prompt = t;
+    j.req.prefix_id = 42;  // only a grouping hint: the hits below come from the token ids
     j.output = 5;
     jobs.push_back(j);
   }
+  return jobs;
+}
+}  // namespace
+
+TEST_CASE("cached prefixes are not prefilled again", "[sched][prefix]") {
+  std::vector<std::vector<token_id>> store;
+  const auto jobs = shared_prefix_jobs(store);
   iteration_scheduler<prefix_aware_queue> s(chunked_prefill(512, 1), prefix_aware_queue{}, kv_of(256));
   std::int64_t prefilled = 0;
   const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
   CHECK(out.completed == 6);
   // First request prefills 200; the other five only their 40 private tokens.
   CHECK(prefilled == 200 + 5 * 40);
+  CHECK(s.stats().cached_prompt_tokens == 5 * 160);
+  // The same prompts counted by length only share nothing: without ids there is no content to match.
+  auto counted = jobs;
+  for (auto& j : counted) j.req.prompt = {};
+  iteration_scheduler<prefix_aware_queue> c(chunked_prefill(512, 1), prefix_aware_queue{}, kv_of(256));
+  prefilled = 0;
+  test::run_jobs(c, counted, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
+  CHECK(prefilled == 6 * 200);
+}
+
+TEST_CASE("verify on hit and per-tenant isolation through the scheduler: the client is the KV tenant",
+          "[sched][prefix][tenant]") {
+  std::vector<std::vector<token_id>> store;
+  auto jobs = shared_prefix_jobs(store);
+  for (auto& j : jobs) j.req.client = client_id(static_cast<std::uint32_t>(j.req.id.value() % 2));  // two tenants
+  for (const bool isolate : {false, true}) {
+    weft::kv::kv_config c;
+    c.num_blocks = 257;
+    c.block_size = 16;
+    c.verify_on_hit = true;
+    c.isolate_tenants = isolate;
+    iteration_scheduler<> s(chunked_prefill(512, 1), fcfs_queue{}, weft::kv::kv_manager<>(c));
+    std::int64_t prefilled = 0;
+    const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
+    CAPTURE(isolate);
+    CHECK(out.completed == 6);
+    // Shared: one request computes the 160-token prefix, five hit it. Isolated: each tenant computes
+    // its own copy once, and its other two requests hit it.
+    CHECK(s.stats().cached_prompt_tokens == (isolate ? 4u : 5u) * 160);
+    CHECK(prefilled == (isolate ? 2 * 200 + 4 * 40 : 200 + 5 * 40));
+    CHECK(s.kv().cache().collisions() == 0);
+  }
+}
+
+TEST_CASE("a prompt arriving while its prefix is still being computed does not hit it", "[sched][prefix][publish]") {
+  std::vector<std::vector<token_id>> store;
+  const auto jobs = shared_prefix_jobs(store);
+  iteration_scheduler<> s(chunked_prefill(512, 8), fcfs_queue{}, kv_of(256));
+  std::vector<std::int64_t> first_chunk(7, -1);
+  const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) {
+    for (const auto& e : b.entries)
+      if (first_chunk[e.id.value()] < 0 && e.prefill_tokens > 0) first_chunk[e.id.value()] = e.first_position();
+  });
+  CHECK(out.completed == 6);
+  // Iteration 1 admits requests 1 and 2 whole and 3 in part: none of them can hit the shared blocks,
+  // because no block's KV is computed yet. Iteration 2 admits 4, 5 and 6, which hit the 160 tokens
+  // request 1 computed (and reported) in iteration 1.
+  CHECK(first_chunk[1] == 0);
+  CHECK(first_chunk[2] == 0);
+  CHECK(first_chunk[3] == 0);
+  CHECK(first_chunk[4] == 160);
+  CHECK(first_chunk[5] == 160);
+  CHECK(first_chunk[6] == 160);
 }
 
 TEST_CASE("inter-tenant preemption swaps out a lower priority tenant for an urgent one", "[sched][fastswitch]") {
   scheduler_options o = chunked_prefill(512, 16);
   o.inter_tenant_preemption = true;
   o.preemption = preemption_mode::swap;
-  block_kv_manager::options kvo;
-  kvo.device_blocks = 64;
-  kvo.host_blocks = 256;
-  kvo.block_tokens = 16;
-  kvo.copy_unit_blocks = 8;
-  iteration_scheduler<slo_priority_queue> s(o, slo_priority_queue{}, block_kv_manager(kvo));
+  iteration_scheduler<slo_priority_queue> s(o, slo_priority_queue{}, kv_of(64, 256, 8));
   for (std::uint64_t i = 1; i <= 3; ++i) {
     request r;
     r.id = request_id(i);
@@ -193,11 +250,9 @@ TEST_CASE("inter-tenant preemption swaps out a lower priority tenant for an urge
 }
 
 TEST_CASE("scheduler rejects bad input and stays usable", "[sched][errors]") {
-  CHECK_THROWS_AS(iteration_scheduler<>(chunked_prefill(0, 1)), weft::error);   // zero budget
-  CHECK_THROWS_AS(iteration_scheduler<>(chunked_prefill(8, 16)), weft::error);  // budget < batch
-  scheduler_options bad_watermark;
-  bad_watermark.watermark = 1.0;
-  CHECK_THROWS_AS(iteration_scheduler<>(bad_watermark), weft::error);
+  CHECK_THROWS_AS(iteration_scheduler<>(chunked_prefill(0, 1), fcfs_queue{}, kv_of(16)), weft::error);  // zero budget
+  CHECK_THROWS_AS(iteration_scheduler<>(chunked_prefill(8, 16), fcfs_queue{}, kv_of(16)),
+                  weft::error);  // budget < batch
   iteration_scheduler<vtc_queue> s(chunked_prefill(64, 4), vtc_queue{}, kv_of(16));
   request r;
   r.id = request_id(1);
@@ -221,4 +276,41 @@ TEST_CASE("scheduler rejects bad input and stays usable", "[sched][errors]") {
   s.complete(done);  // the failed call changed nothing: the prefill completes and the request ends
   CHECK(s.idle());
   CHECK(s.kv().free_blocks() == 16);
+}
+
+TEST_CASE("a finished request's decoded blocks are cached: the next turn of the conversation hits them",
+          "[sched][prefix][publish]") {
+  iteration_scheduler<> s(chunked_prefill(64, 4), fcfs_queue{}, kv_of(64));
+  std::vector<token_id> turn1(20);
+  for (std::size_t i = 0; i < turn1.size(); ++i) turn1[i] = static_cast<token_id>(i + 1);
+  request r;
+  r.id = request_id(1);
+  r.client = client_id(0);
+  r.prompt = turn1;
+  r.prompt_tokens = 20;
+  REQUIRE(s.submit(r, 0.0));
+  std::vector<token_id> answer;
+  for (int step = 0; !s.idle(); ++step) {
+    const batch& b = s.schedule(step);
+    REQUIRE(b.entries.size() == 1);
+    const token_id t = static_cast<token_id>(500 + step);
+    answer.push_back(t);
+    std::vector<request_id> finished;
+    if (answer.size() == 40) finished.push_back(r.id);
+    s.complete(finished, std::vector<token_id>{t});
+  }
+  // Turn 2 resends the conversation: prompt, answer, a new question.
+  std::vector<token_id> turn2 = turn1;
+  turn2.insert(turn2.end(), answer.begin(), answer.end());
+  turn2.insert(turn2.end(), {7, 7, 7, 7, 7});
+  request r2 = r;
+  r2.id = request_id(2);
+  r2.prompt = turn2;
+  r2.prompt_tokens = static_cast<std::int64_t>(turn2.size());
+  REQUIRE(s.submit(r2, 100.0));
+  const batch& b = s.schedule(100.0);
+  REQUIRE(b.entries.size() == 1);
+  // 59 tokens of turn 1 had KV (the last answer token was never fed back): 3 full blocks.
+  CHECK(b.entries[0].first_position() == 48);
+  CHECK(s.stats().cached_prompt_tokens == 48);
 }

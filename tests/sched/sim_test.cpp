@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <cmath>
@@ -16,13 +17,8 @@ using namespace weft::sched::sim;
 
 namespace {
 
-block_kv_manager kv_for(const cost_model& m, std::int64_t host_blocks = 0) {
-  block_kv_manager::options o;
-  o.block_tokens = 16;
-  o.device_blocks = m.kv_blocks(16);
-  o.host_blocks = host_blocks;
-  o.bytes_per_token = m.kv_bytes_per_token();
-  return block_kv_manager(o);
+weft::kv::kv_manager<> kv_for(const cost_model& m, std::size_t host_blocks = 0) {
+  return weft::kv::kv_manager<>(m.kv_manager_config(16, host_blocks));
 }
 
 generator_options load(std::uint64_t seed, std::size_t n, double rate) {
@@ -106,15 +102,15 @@ TEST_CASE("simulator: VTC narrows the service gap of an overloaded server", "[sc
 
 TEST_CASE("simulator: swap preemption under a small cache still finishes", "[sched][sim][preemption]") {
   const cost_model m(llama2_7b_a100());
-  block_kv_manager::options kv;
-  kv.device_blocks = 600;  // ~9.6k tokens
-  kv.host_blocks = 4000;
-  kv.block_tokens = 16;
-  kv.copy_unit_blocks = 16;
-  kv.bytes_per_token = m.kv_bytes_per_token();
+  weft::kv::kv_config kv;
+  kv.num_blocks = 601;  // ~9.6k tokens
+  kv.host_blocks = 4001;
+  kv.block_size = 16;
+  kv.max_copy_unit_blocks = 16;
+  kv.bytes_per_token = static_cast<std::size_t>(m.kv_bytes_per_token());
   scheduler_options so = chunked_prefill(512, 64);
   so.preemption = preemption_mode::swap;
-  iteration_scheduler<> s(so, fcfs_queue{}, block_kv_manager(kv));
+  iteration_scheduler<> s(so, fcfs_queue{}, weft::kv::kv_manager<>(kv));
   generator_options g = load(4, 150, 20.0);
   g.output = {400.0, 0.5, 1, 1500};
   const sim_result r = simulate(s, poisson_workload(g), m);
@@ -292,4 +288,57 @@ TEST_CASE("simulator runs any batch_scheduler, including the type-erased one", "
   const workload w = poisson_workload(load(8, 50, 2.0));
   any_batch_scheduler s(std::make_unique<iteration_scheduler<>>(chunked_prefill(512, 64), fcfs_queue{}, kv_for(m)));
   CHECK(simulate(s, w, m).stats.finished == 50);
+}
+
+TEST_CASE("synthetic token ids: a conversation repeats one stream, a declared prefix is shared, the rest is fresh",
+          "[sched][sim][tokens]") {
+  sim_request a, b, turn1, turn2;
+  a.req.id = request_id(1);
+  a.req.prompt_tokens = 64;
+  a.req.prefix_id = 7;
+  a.req.prefix_tokens = 32;
+  b = a;
+  b.req.id = request_id(2);
+  turn1.req.id = request_id(3);
+  turn1.req.prompt_tokens = 40;
+  turn1.session = 9;
+  turn2 = turn1;
+  turn2.req.id = request_id(4);
+  turn2.req.prompt_tokens = 100;
+  std::vector<token_id> ta, tb, t1, t2;
+  sim::detail::prompt_tokens(a, 1, ta);
+  sim::detail::prompt_tokens(b, 1, tb);
+  sim::detail::prompt_tokens(turn1, 1, t1);
+  sim::detail::prompt_tokens(turn2, 1, t2);
+  REQUIRE(ta.size() == 64);
+  CHECK(std::equal(ta.begin(), ta.begin() + 32, tb.begin()));           // the declared prefix
+  CHECK_FALSE(std::equal(ta.begin() + 32, ta.end(), tb.begin() + 32));  // each its own after it
+  CHECK(std::equal(t1.begin(), t1.end(), t2.begin()));                  // the next turn repeats
+  CHECK(sim::detail::token_at(turn1, 45, 1) == t2[45]);                 // ... the answer too
+  CHECK_FALSE(std::equal(t1.begin(), t1.end(), ta.begin()));            // streams differ
+  std::vector<token_id> other_seed;
+  sim::detail::prompt_tokens(a, 2, other_seed);
+  CHECK(other_seed != ta);
+  for (const token_id t : ta) CHECK((t >= 0 && static_cast<std::uint64_t>(t) < sim::detail::synthetic_vocabulary));
+}
+
+TEST_CASE("simulator: conversation turns hit the earlier turns' KV by content; counted requests hit nothing",
+          "[sched][sim][tokens]") {
+  const cost_model m(llama2_7b_a100());
+  const workload w = session_workload(load(3, 120, 2.0), 4, 5.0, 128);
+  sim_options with_ids;
+  sim_options counted;
+  counted.token_ids = false;
+  const auto run = [&](const sim_options& o) {
+    iteration_scheduler<> s(chunked_prefill(512, 64), fcfs_queue{}, kv_for(m));
+    return simulate(s, w, m, o);
+  };
+  const sim_result a = run(with_ids), again = run(with_ids), c = run(counted);
+  CHECK(a.stats.finished == 120);
+  CHECK(c.stats.finished == 120);
+  CHECK(a.stats.cached_prompt_tokens > 0);
+  CHECK(c.stats.cached_prompt_tokens == 0);
+  CHECK(records_csv(a) == records_csv(again));  // deterministic with token ids too
+  // Cached prompt tokens are not prefilled again: the run with ids computes fewer tokens.
+  CHECK(a.stats.makespan_s <= c.stats.makespan_s);
 }

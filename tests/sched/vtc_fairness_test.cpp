@@ -47,10 +47,7 @@ fairness_run run_overload(std::uint32_t seed, Queue queue, std::int64_t kv_block
     for (std::uint32_t c = 1; c <= 3; ++c) add(c, 0.001);
 
   // KV for M = 16 * kv_blocks tokens, continuous batching (whole-prompt prefills, the paper's setting).
-  block_kv_manager::options kv;
-  kv.device_blocks = kv_blocks;
-  kv.block_tokens = 16;
-  iteration_scheduler<Queue> s(continuous_batching(16, 4096), std::move(queue), block_kv_manager(kv));
+  iteration_scheduler<Queue> s(continuous_batching(16, 4096), std::move(queue), test::kv_of(kv_blocks));
 
   std::map<request_id, std::uint32_t> client_of;
   std::map<request_id, std::int64_t> prompt_of;

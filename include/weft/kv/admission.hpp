@@ -38,6 +38,8 @@ class admission_controller {
     auto& e = tenants_[t];
     expects(max_blocks >= e.used, errc::invalid_argument, "weft::kv::admission_controller::set_quota", "quota ",
             max_blocks, " for tenant ", t, " is below its current usage of ", e.used, " blocks");
+    if (max_blocks != unlimited && e.quota == unlimited) ++quotas_;
+    if (max_blocks == unlimited && e.quota != unlimited) --quotas_;
     e.quota = max_blocks;
   }
   std::size_t quota(tenant_id t) const {
@@ -50,7 +52,7 @@ class admission_controller {
   }
   /// Whether tenant t may hold `blocks` more. O(1).
   bool within_quota(tenant_id t, std::size_t blocks) const {
-    if (!t.valid() || tenants_.empty()) return true;
+    if (!t.valid() || quotas_ == 0 || blocks == 0) return true;  // the common case costs no lookup
     auto it = tenants_.find(t);
     if (it == tenants_.end()) return true;
     return blocks <= it->second.quota - it->second.used;
@@ -60,6 +62,9 @@ class admission_controller {
   void charge(tenant_id t, std::size_t blocks) {
     if (t.valid()) tenants_[t].used += blocks;
   }
+  /// The usage counter of tenant t, created at 0 when new (so later charges through it cannot fail).
+  /// For owners that charge after a step that must not throw. O(1) expected.
+  std::size_t& usage_counter(tenant_id t) { return tenants_[t].used; }
   /// Records that t gave back `blocks`. Throws when that exceeds its usage. O(1).
   void refund(tenant_id t, std::size_t blocks) {
     if (!t.valid()) return;
@@ -76,6 +81,7 @@ class admission_controller {
     std::size_t used = 0;
   };
   std::size_t watermark_;
+  std::size_t quotas_ = 0;  // tenants with a finite quota
   std::unordered_map<tenant_id, account> tenants_;
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <weft/core/error.hpp>
+#include <weft/kv/detail/undo_journal.hpp>
 #include <weft/kv/types.hpp>
 
 #include <cstddef>
@@ -27,6 +28,9 @@ enum class free_position : std::uint8_t { front, back };
 ///
 /// Not thread-safe: one owner (the scheduler thread) calls it. Bad ids throw weft::error and leave
 /// the pool unchanged. Memory: 12 bytes of bookkeeping per block.
+///
+/// With a journal attached (attach_journal, used by kv_manager's transactions) every change is
+/// recorded before it is made, and undo() reverses a record exactly, free-list position included.
 class block_pool {
  public:
   static constexpr block_id null_block{0};
@@ -55,10 +59,12 @@ class block_pool {
   /// Blocks with a reference count >= 1, the null block excluded. O(1).
   std::size_t used_blocks() const noexcept { return usable_blocks() - free_count_; }
 
-  /// One block with reference count 1, or nullopt when the pool is exhausted. O(1).
-  std::optional<block_id> allocate() noexcept {
+  /// One block with reference count 1, or nullopt when the pool is exhausted. O(1). Throws only
+  /// when a journal is attached and recording fails (bad_alloc), changing nothing.
+  std::optional<block_id> allocate() {
     if (free_count_ == 0) return std::nullopt;
     const std::uint32_t b = nodes_[sentinel_].next;
+    record(detail::undo_op::pool_popped, b);
     unlink(b);
     nodes_[b].ref = 1;
     return block_id(b);
@@ -68,7 +74,7 @@ class block_pool {
   /// when fewer than n are free. O(n).
   bool allocate(std::size_t n, std::vector<block_id>& out) {
     if (n > free_count_) return false;
-    out.reserve(out.size() + n);
+    detail::reserve_more(out, n);
     for (std::size_t i = 0; i < n; ++i) out.push_back(*allocate());
     return true;
   }
@@ -84,6 +90,7 @@ class block_pool {
     check_in_use(b, "weft::kv::block_pool::add_ref");
     expects(nodes_[b.value()].ref < std::numeric_limits<std::uint32_t>::max(), errc::capacity,
             "weft::kv::block_pool::add_ref", "reference count of block ", b, " would overflow");
+    record(detail::undo_op::pool_ref_up, b.value());
     ++nodes_[b.value()].ref;
   }
 
@@ -93,6 +100,7 @@ class block_pool {
   bool release(block_id b, free_position where = free_position::back) {
     check_in_use(b, "weft::kv::block_pool::release");
     node& n = nodes_[b.value()];
+    record(n.ref > 1 ? detail::undo_op::pool_ref_down : detail::undo_op::pool_linked, b.value());
     if (--n.ref != 0) return false;
     link_before(b.value(), where == free_position::back ? sentinel_ : nodes_[sentinel_].next);
     ++free_count_;
@@ -105,6 +113,7 @@ class block_pool {
     check_range(b, "weft::kv::block_pool::take");
     expects(nodes_[b.value()].ref == 0, errc::precondition, "weft::kv::block_pool::take", "block ", b,
             " is not free (reference count ", nodes_[b.value()].ref, ")");
+    record(detail::undo_op::pool_taken, b.value(), nodes_[b.value()].prev);
     unlink(b.value());
     nodes_[b.value()].ref = 1;
   }
@@ -114,6 +123,7 @@ class block_pool {
     check_range(b, "weft::kv::block_pool::touch_free");
     expects(nodes_[b.value()].ref == 0, errc::precondition, "weft::kv::block_pool::touch_free", "block ", b,
             " is not free");
+    record(detail::undo_op::pool_moved, b.value(), nodes_[b.value()].prev);
     unlink(b.value());
     link_before(b.value(), sentinel_);
     ++free_count_;
@@ -140,6 +150,48 @@ class block_pool {
   /// Bytes of bookkeeping per block (for capacity planning). O(1).
   static constexpr std::size_t bytes_per_block() noexcept { return sizeof(std::uint32_t) * 3; }
 
+  /// Records every later change into `journal` under `target` (nullptr stops recording). The
+  /// journal must outlive the attachment. O(1).
+  void attach_journal(detail::undo_journal* journal, std::uint8_t target) noexcept {
+    journal_ = journal;
+    journal_target_ = target;
+  }
+
+  /// Reverses one record this pool made. Records must be undone newest first, each exactly once;
+  /// then every reference count and the free-list order are as before the change. O(1).
+  void undo(const detail::undo_record& r) noexcept {
+    const std::uint32_t b = r.block;
+    switch (r.op) {
+      case detail::undo_op::pool_popped:
+        link_before(b, nodes_[sentinel_].next);
+        nodes_[b].ref = 0;
+        ++free_count_;
+        break;
+      case detail::undo_op::pool_taken:
+        link_before(b, nodes_[r.aux].next);
+        nodes_[b].ref = 0;
+        ++free_count_;
+        break;
+      case detail::undo_op::pool_linked:
+        unlink(b);
+        nodes_[b].ref = 1;
+        break;
+      case detail::undo_op::pool_ref_down:
+        ++nodes_[b].ref;
+        break;
+      case detail::undo_op::pool_ref_up:
+        --nodes_[b].ref;
+        break;
+      case detail::undo_op::pool_moved:
+        unlink(b);
+        link_before(b, nodes_[r.aux].next);
+        ++free_count_;
+        break;
+      default:
+        break;
+    }
+  }
+
  private:
   // Invariants: node.ref == 0 exactly when the node is linked into the circular list through
   // sentinel_; free_count_ counts the linked nodes; nodes_[0] (null) has ref 1 and is never linked.
@@ -147,6 +199,10 @@ class block_pool {
     std::uint32_t prev, next, ref;
   };
 
+  void record(detail::undo_op op, std::uint32_t b, std::uint32_t aux = 0) {
+    if (journal_ != nullptr) [[unlikely]]
+      journal_->push(op, journal_target_, b, aux);
+  }
   void unlink(std::uint32_t i) noexcept {
     node& n = nodes_[i];
     nodes_[n.prev].next = n.next;
@@ -179,6 +235,8 @@ class block_pool {
   std::vector<node> nodes_;
   std::uint32_t sentinel_ = 0;
   std::size_t free_count_ = 0;
+  detail::undo_journal* journal_ = nullptr;
+  std::uint8_t journal_target_ = 0;
 };
 
 }  // namespace weft::kv

@@ -11,6 +11,7 @@
 #include <weft/kv/block_pool.hpp>
 #include <weft/kv/concepts.hpp>
 #include <weft/kv/detail/key_map.hpp>
+#include <weft/kv/detail/undo_journal.hpp>
 #include <weft/kv/types.hpp>
 
 #include <algorithm>
@@ -147,6 +148,32 @@ class hashed_prefix_cache {
     return block_id(b);
   }
 
+  /// As find(chain, i), for a what-if query: a verify-on-hit mismatch is a miss but is neither
+  /// counted nor reported. Changes nothing. O(block_size).
+  std::optional<block_id> peek(const block_chain& chain, std::size_t i) const {
+    expects(i < chain.keys.size(), errc::invalid_argument, "weft::kv::hashed_prefix_cache::peek", "block ", i,
+            " is outside the chain of ", chain.keys.size(), " keys");
+    check_chain(chain, i + 1, "weft::kv::hashed_prefix_cache::peek");
+    const std::uint32_t b = index_.find(chain.keys[i]);
+    if (b == detail::key_map::npos || !content_matches(block_id(b), chain, i)) return std::nullopt;
+    return block_id(b);
+  }
+
+  /// As match(chain, hits), for a what-if query: a verify-on-hit mismatch ends the match but is
+  /// neither counted nor reported. Changes nothing. O(matched x block_size).
+  std::size_t peek_match(const block_chain& chain, std::vector<block_id>* hits = nullptr) const {
+    check_chain(chain, chain.keys.size(), "weft::kv::hashed_prefix_cache::peek_match");
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < std::min(chain.keys.size(), prefetch_distance); ++i) index_.prefetch(chain.keys[i]);
+    for (; n < chain.keys.size(); ++n) {
+      if (n + prefetch_distance < chain.keys.size()) index_.prefetch(chain.keys[n + prefetch_distance]);
+      const std::uint32_t b = index_.find(chain.keys[n]);
+      if (b == detail::key_map::npos || !content_matches(block_id(b), chain, n)) break;
+      if (hits) hits->push_back(block_id(b));
+    }
+    return n;
+  }
+
   /// Number of leading blocks of `chain` the cache can serve (verified with verify_content); appends
   /// their blocks to `hits` when given. Stops at the first miss or mismatch. Takes no reference.
   /// Throws, changing nothing, when verify_content lacks tokens or fingerprints. O(matched x block_size).
@@ -197,7 +224,7 @@ class hashed_prefix_cache {
   /// front of the free list; or appends nothing and returns false when fewer than n are free. O(n).
   bool allocate(std::size_t n, std::vector<block_id>& out) {
     if (n > pool_.free_blocks()) return false;
-    out.reserve(out.size() + n);
+    detail::reserve_more(out, n);  // geometric: a table growing block by block must not copy itself each time
     for (std::size_t i = 0; i < n; ++i) {
       const block_id b = *pool_.allocate();
       if (has_key_[b.value()]) drop_key(b);
@@ -223,13 +250,21 @@ class hashed_prefix_cache {
     expects(i < chain.keys.size(), errc::invalid_argument, where, "block ", i, " is outside the chain of ",
             chain.keys.size(), " keys");
     check_chain(chain, i + 1, where);
+    if (check_ != hit_check::verify_content) return insert_key(b, chain.keys[i]);
+    check_id(b, where);
+    expects(!pool_.is_free(b), errc::invalid_argument, where, "block ", b,
+            " is free; only a block in use can be filled and cached");
+    if (has_key_[b.value()] || index_.find(chain.keys[i]) != detail::key_map::npos) return false;
+    token_id* const stored = block_tokens_.data() + b.value() * block_size_;
+    // Inside a transaction, save what the block's verify slot held: a key this transaction evicted
+    // from b comes back on rollback, and it must come back with its own tokens and fingerprint.
+    if (journal_ != nullptr)
+      journal_->save_verify_state(journal_target_, b.value(), std::span<const token_id>(stored, block_size_),
+                                  prints_[b.value()]);
     if (!insert_key(b, chain.keys[i])) return false;
-    if (check_ == hit_check::verify_content) {
-      const auto tokens = chain.tokens.subspan(i * block_size_, block_size_);
-      std::copy(tokens.begin(), tokens.end(),
-                block_tokens_.begin() + static_cast<std::ptrdiff_t>(b.value() * block_size_));
-      prints_[b.value()] = chain.prints[i].lo;
-    }
+    const auto tokens = chain.tokens.subspan(i * block_size_, block_size_);
+    std::copy(tokens.begin(), tokens.end(), stored);
+    prints_[b.value()] = chain.prints[i].lo;
     return true;
   }
 
@@ -262,6 +297,37 @@ class hashed_prefix_cache {
     return true;
   }
 
+  /// Records every later change (pool, keys and verify-on-hit contents) into `journal` under
+  /// `target`; nullptr stops recording. Used by kv_manager's transactions. O(1).
+  void attach_journal(detail::undo_journal* journal, std::uint8_t target) noexcept {
+    journal_ = journal;
+    journal_target_ = target;
+    pool_.attach_journal(journal, target);
+  }
+
+  /// Reverses one record of this cache or its pool (newest first, each once, while the journal
+  /// that holds it is attached). O(1) expected; O(block_size) for saved verify-on-hit contents.
+  void undo(const detail::undo_record& r) {
+    if (r.op == detail::undo_op::key_dropped) {
+      index_.insert(r.key, r.block);
+      keys_[r.block] = r.key;
+      has_key_[r.block] = 1;
+      --evictions_;
+    } else if (r.op == detail::undo_op::key_added) {
+      index_.erase(r.key);
+      has_key_[r.block] = 0;
+    } else if (r.op == detail::undo_op::collision_counted) {
+      --collisions_;
+    } else if (r.op == detail::undo_op::verify_saved) {
+      const auto saved = journal_->saved_tokens(r.aux, block_size_);
+      std::copy(saved.begin(), saved.end(), block_tokens_.data() + std::size_t{r.block} * block_size_);
+      prints_[r.block] = r.key.lo;
+      journal_->drop_saved_tokens_from(r.aux);
+    } else {
+      pool_.undo(r);
+    }
+  }
+
   /// Bookkeeping bytes per block: pool + key + flag + index slots (+ tokens and fingerprint with
   /// verify_content). O(1).
   std::size_t bytes_per_block() const noexcept {
@@ -276,6 +342,8 @@ class hashed_prefix_cache {
 
  private:
   void drop_key(block_id b) {
+    if (journal_ != nullptr)
+      journal_->push(detail::undo_op::key_dropped, journal_target_, b.value(), 0, keys_[b.value()]);
     index_.erase(keys_[b.value()]);
     has_key_[b.value()] = 0;
     ++evictions_;
@@ -285,7 +353,9 @@ class hashed_prefix_cache {
     expects(!pool_.is_free(b), errc::invalid_argument, "weft::kv::hashed_prefix_cache::commit", "block ", b,
             " is free; only a block in use can be filled and cached");
     if (has_key_[b.value()]) return false;
-    if (index_.insert(key, b.value()) != b.value()) return false;
+    if (index_.find(key) != detail::key_map::npos) return false;
+    if (journal_ != nullptr) journal_->push(detail::undo_op::key_added, journal_target_, b.value(), 0, key);
+    index_.insert(key, b.value());
     keys_[b.value()] = key;
     has_key_[b.value()] = 1;
     return true;
@@ -299,16 +369,25 @@ class hashed_prefix_cache {
             " tokens (block size ", block_size_, ") and ", chain.prints.size(), " fingerprints");
   }
 
-  // Whether cached block b may serve block i of chain: always with key_only; with verify_content,
-  // its tokens and fingerprint must equal the query's. A mismatch is counted and reported.
-  bool verified(block_id b, const block_chain& chain, std::size_t i) {
+  // Whether block b's stored tokens equal block i of chain (always true with key_only).
+  bool same_tokens(block_id b, const block_chain& chain, std::size_t i) const {
     if (check_ != hit_check::verify_content) return true;
     const auto want = chain.tokens.subspan(i * block_size_, block_size_);
-    const auto have = block_tokens_.begin() + static_cast<std::ptrdiff_t>(b.value() * block_size_);
-    const bool same_tokens = std::equal(want.begin(), want.end(), have);
-    if (same_tokens && prints_[b.value()] == chain.prints[i].lo) return true;
+    return std::equal(want.begin(), want.end(), block_tokens_.data() + b.value() * block_size_);
+  }
+  // Whether cached block b may serve block i of chain: always with key_only; with verify_content,
+  // its tokens and fingerprint must equal the query's.
+  bool content_matches(block_id b, const block_chain& chain, std::size_t i) const {
+    if (check_ != hit_check::verify_content) return true;
+    return same_tokens(b, chain, i) && prints_[b.value()] == chain.prints[i].lo;
+  }
+  // content_matches, counting and reporting a mismatch. Inside a transaction the count is journaled
+  // (a rolled-back call counted nothing); the handler is the caller's and is not undone.
+  bool verified(block_id b, const block_chain& chain, std::size_t i) {
+    if (content_matches(b, chain, i)) return true;
+    if (journal_ != nullptr) journal_->push(detail::undo_op::collision_counted, journal_target_, b.value());
     ++collisions_;
-    if (on_collision_) on_collision_(key_collision{chain.keys[i], b, i, !same_tokens});
+    if (on_collision_) on_collision_(key_collision{chain.keys[i], b, i, !same_tokens(b, chain, i)});
     return false;
   }
 
@@ -336,6 +415,8 @@ class hashed_prefix_cache {
   std::size_t block_size_ = 0;
   std::uint64_t evictions_ = 0;
   std::uint64_t collisions_ = 0;
+  detail::undo_journal* journal_ = nullptr;  // kv_manager's transaction journal, while one is open
+  std::uint8_t journal_target_ = 0;
 };
 
 }  // namespace weft::kv

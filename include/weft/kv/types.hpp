@@ -3,6 +3,7 @@
 // Kwon et al., SOSP 2023, section 4).
 #pragma once
 
+#include <weft/core/ids.hpp>
 #include <weft/core/strong_id.hpp>
 
 #include <compare>
@@ -20,14 +21,16 @@ using block_id = weft::strong_id<struct block_id_tag, std::uint32_t>;
 /// Index of one block in the host (CPU) tier; a different type so device and host ids never mix.
 using host_block_id = weft::strong_id<struct host_block_id_tag, std::uint32_t>;
 
-/// The scheduler's name for a request (a sequence). Any value except invalid() may be used.
-using request_id = weft::strong_id<struct request_id_tag, std::uint64_t>;
+/// The scheduler's name for a request (a sequence): weft's one request id (core/ids.hpp), shared
+/// with weft::sched. Any value except invalid() may be used.
+using request_id = weft::request_id;
 
-/// Tenant (user, API key, LoRA customer) that block quotas are charged to.
-using tenant_id = weft::strong_id<struct tenant_id_tag, std::uint32_t>;
+/// Tenant (user, API key, LoRA customer) that block quotas are charged to: weft's one tenant id,
+/// which weft::sched calls client_id.
+using tenant_id = weft::tenant_id;
 
 /// A token id as the tokenizer produced it.
-using token_id = std::int32_t;
+using token_id = weft::token_id;
 
 /// Content key of a full block: 128 bits of a chained hash of its parent's key, its tokens and
 /// its extra fields (see block_hasher.hpp). 128 bits so that accidental collisions stay below

@@ -47,7 +47,7 @@ class any_fair_queue {
   };
   template <class Q>
   struct model final : concept_t {
-    explicit model(Q q) : q(std::move(q)) {}
+    explicit model(Q queue) : q(std::move(queue)) {}
     void push(const request& r, double now) override { q.push(r, now); }
     const request* peek(double now) override { return q.peek(now); }
     request pop(double now) override { return q.pop(now); }

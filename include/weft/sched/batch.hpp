@@ -1,8 +1,11 @@
 // What a batch scheduler hands the engine each iteration (Orca's iteration-level batch): which
-// requests run, how many prompt tokens each prefills, which decode, and the KV moves (swap, recompute)
-// that the iteration must pay for. Also the KV transfer record and the victim candidate view.
+// requests run, how many prompt tokens each prefills, which decode, the KV copies to run first
+// (swaps, host-tier prefix hits, copy-on-write) and the preemptions the iteration pays for. Also the
+// KV transfer record a cost model charges and the victim candidate view.
 #pragma once
 
+#include <weft/kv/host_tier.hpp>
+#include <weft/kv/types.hpp>
 #include <weft/sched/request.hpp>
 
 #include <cstdint>
@@ -20,7 +23,10 @@ struct kv_transfer {
   std::int64_t bytes = 0;
 };
 
-/// One request's share of an iteration.
+/// One request's share of an iteration. The step computes the KV of the request's tokens at
+/// positions [first_position(), context_tokens) — prompt (or recompute) tokens while prefilling, whose
+/// ids the KV manager holds (kv().tokens(id)); else one decode token, `token` — and, when emits_token,
+/// samples the next token from the last position's logits.
 struct batch_entry {
   request_id id{};
   client_id client{};
@@ -28,6 +34,25 @@ struct batch_entry {
   std::int64_t decode_tokens = 0;   ///< 1 for a decode step, 0 otherwise
   std::int64_t context_tokens = 0;  ///< tokens whose KV this entry reads (attention), after the step
   bool emits_token = false;         ///< true when this step produces an output token
+  token_id token = -1;              ///< a decode step's input: the request's latest sampled token (-1: prefill)
+  /// Position of the first token this step computes. O(1).
+  std::int64_t first_position() const noexcept { return context_tokens - prefill_tokens - decode_tokens; }
+};
+
+/// One KV copy the engine runs before the iteration's forward pass. Run batch::copies in list order:
+/// a later copy may overwrite a block an earlier one reads (a host block freed by a swap-in can be
+/// the target of a later swap-out), so the order is part of the plan.
+struct kv_copy {
+  enum class kind : std::uint8_t {
+    swap_out,       ///< preemption: device blocks to host blocks (plan)
+    swap_in,        ///< resumption: host blocks back to device blocks (plan)
+    prefix_in,      ///< a new request's prefix found in the host tier, copied to its device blocks (plan)
+    copy_on_write,  ///< a block shared with a fork, copied before this request writes into it (block)
+  };
+  kind what = kind::copy_on_write;
+  request_id id{};
+  weft::kv::swap_plan plan{};    ///< for swap_out, swap_in and prefix_in: coarse units of consecutive blocks
+  weft::kv::block_copy block{};  ///< for copy_on_write: every layer's KV of block.src into block.dst
 };
 
 /// An iteration. Invariants: prefill_tokens and decode_tokens are the sums over entries; every id
@@ -36,8 +61,9 @@ struct batch {
   std::vector<batch_entry> entries;
   std::int64_t prefill_tokens = 0;
   std::int64_t decode_tokens = 0;
-  std::vector<kv_transfer> swapped_out;         ///< device -> host before the iteration
-  std::vector<kv_transfer> swapped_in;          ///< host -> device before the iteration
+  std::vector<kv_copy> copies;                  ///< KV copies to run first, in order (see kv_copy)
+  std::vector<kv_transfer> swapped_out;         ///< device -> host before the iteration (sizes, for cost models)
+  std::vector<kv_transfer> swapped_in;          ///< host -> device before the iteration (sizes, for cost models)
   std::vector<request_id> preempted_recompute;  ///< KV dropped; the request will prefill again
   std::vector<request_id> aborted;              ///< cannot fit in KV even alone; the engine ends them
 
@@ -46,6 +72,7 @@ struct batch {
   void clear() noexcept {
     entries.clear();
     prefill_tokens = decode_tokens = 0;
+    copies.clear();
     swapped_out.clear();
     swapped_in.clear();
     preempted_recompute.clear();

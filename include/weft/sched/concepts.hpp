@@ -1,8 +1,9 @@
 // The policy concepts of weft::sched: fair_queue (which waiting request next, and how service is
-// charged), kv_manager (whether a request's next tokens fit, and how it is preempted),
+// charged), kv_manager (the KV cache a scheduler drives: weft::kv::kv_manager models it directly),
 // victim_policy (whom to preempt) and batch_scheduler (what runs each iteration).
 #pragma once
 
+#include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
 #include <weft/sched/request.hpp>
 
@@ -30,23 +31,48 @@ concept fair_queue = requires(Q& q, const Q& cq, const request& r, double now, s
   { cq.empty() } -> std::convertible_to<bool>;
 };
 
-/// K tracks KV-cache blocks per request. grow(r, tokens) makes r hold KV for `tokens` tokens,
-/// returning false (and changing nothing) when the blocks are not there; release frees them;
-/// swap_out/swap_in move a request's blocks to and from a host tier (nullopt: no room, nothing
-/// moved); cached_prefix_tokens says how much of r's prompt is already resident (prefix cache).
+/// K holds every running request's KV blocks, keyed by request id, in weft::kv's vocabulary;
+/// weft::kv::kv_manager models it directly. The scheduler:
+///  - probes cached_prefix_tokens(prompt, options) (prefix-aware queues);
+///  - admits with allocate_prompt(id, prompt ids or length, options, slots): the cached prefix and
+///    `slots` tokens get slots, the whole prompt must fit (nullopt: not now, nothing changed);
+///  - grows each step: grow(id, tokens) for the next prefill chunk, append(id, {token}) for a decode
+///    step's input token; fits == false means preempt someone; a copy order goes to batch::copies;
+///  - reports computed(id, tokens) after the step ran, which is what publishes full blocks;
+///  - preempts with swap_out (nullopt: no host room) or free, resumes with swap_in, forks with fork;
+///  - reads blocks(id) (victim sizes) and tokens(id) (a recompute's ids);
+///  - wraps every public call in begin/commit_transaction, and rolls back when anything throws, so a
+///    failed call leaves the KV manager as it was (rollback_transaction must be noexcept in effect).
+/// Expected failures are return values that change nothing; misuse throws weft::error.
 template <class K>
-concept kv_manager = requires(K& kv, const K& ckv, const request& r, request_id id, std::int64_t tokens) {
-  { ckv.block_tokens() } -> std::convertible_to<std::int64_t>;
-  { ckv.total_blocks() } -> std::convertible_to<std::int64_t>;
-  { ckv.free_blocks() } -> std::convertible_to<std::int64_t>;
-  { ckv.blocks_to_grow(r, tokens) } -> std::convertible_to<std::int64_t>;
-  { kv.grow(r, tokens) } -> std::same_as<bool>;
-  kv.release(id);
-  { kv.swap_out(id) } -> std::same_as<std::optional<kv_transfer>>;
-  { kv.swap_in(id) } -> std::same_as<std::optional<kv_transfer>>;
-  { ckv.held_blocks(id) } -> std::convertible_to<std::int64_t>;
-  { ckv.cached_prefix_tokens(r) } -> std::convertible_to<std::int64_t>;
+concept kv_manager = requires(K& kv, const K& ckv, request_id id, std::span<const token_id> tokens,
+                              const weft::kv::request_options& options, std::size_t n) {
+  { ckv.block_size() } -> std::convertible_to<std::size_t>;
+  { ckv.usable_blocks() } -> std::convertible_to<std::size_t>;
+  { ckv.free_blocks() } -> std::convertible_to<std::size_t>;
+  { ckv.bytes_per_block() } -> std::convertible_to<std::size_t>;
+  { ckv.cached_prefix_tokens(tokens, options) } -> std::convertible_to<std::size_t>;
+  { kv.allocate_prompt(id, tokens, options, n) } -> std::same_as<std::optional<weft::kv::prompt_allocation>>;
+  { kv.allocate_prompt(id, n, options, n) } -> std::same_as<std::optional<weft::kv::prompt_allocation>>;
+  { kv.grow(id, n) } -> std::same_as<weft::kv::append_result>;
+  { kv.append(id, tokens) } -> std::same_as<weft::kv::append_result>;
+  kv.computed(id, n);
+  { kv.fork(id, id) } -> std::same_as<bool>;
+  kv.free(id);
+  { kv.swap_out(id) } -> std::same_as<std::optional<weft::kv::swap_plan>>;
+  { kv.swap_in(id) } -> std::same_as<std::optional<weft::kv::swap_plan>>;
+  { ckv.blocks(id) } -> std::convertible_to<std::span<const weft::kv::block_id>>;
+  { ckv.tokens(id) } -> std::convertible_to<std::span<const token_id>>;
+  kv.begin_transaction();
+  kv.commit_transaction();
+  kv.rollback_transaction();
 };
+
+/// What a scheduler tells the KV manager about request r besides its tokens: salt, adapter, media and
+/// its client as the tenant its blocks are charged to. O(1). Thread-safe.
+inline weft::kv::request_options kv_request_options(const request& r) noexcept {
+  return weft::kv::request_options{r.cache_salt, r.adapter_id, r.media, r.client};
+}
 
 /// V picks which running request to preempt: choose() returns an index into candidates, which is
 /// never empty. The scheduler removes protected requests from the candidates first (see docs).
@@ -56,13 +82,15 @@ concept victim_policy = requires(const V& v, std::span<const victim_candidate> c
 };
 
 /// S decides each iteration's batch. submit() hands it a request (false: it can never run, e.g.
-/// its prompt exceeds the whole KV cache); schedule(now) returns the next batch; complete(finished)
-/// tells it the batch ran and which requests ended (EOS or length cap).
+/// its prompt exceeds the whole KV cache); schedule(now) returns the next batch; complete(finished,
+/// decoded) tells it the batch ran, which requests ended (EOS or length cap) and, for requests with
+/// token ids, the token each entry sampled.
 template <class S>
 concept batch_scheduler = requires(S& s, const S& cs, const request& r, double now,
-                                   std::span<const request_id> finished) {
+                                   std::span<const request_id> finished, std::span<const token_id> decoded) {
   { s.submit(r, now) } -> std::same_as<bool>;
   { s.schedule(now) } -> std::same_as<const batch&>;
+  s.complete(finished, decoded);
   s.complete(finished);
   { cs.waiting() } -> std::convertible_to<std::size_t>;
   { cs.running() } -> std::convertible_to<std::size_t>;

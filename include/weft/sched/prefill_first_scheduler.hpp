@@ -3,11 +3,16 @@
 // prioritised — while a waiting prompt fits (KV above the watermark, the batched-token and sequence
 // caps), an iteration runs only whole prompts; decodes run only in iterations with nothing to admit,
 // so every admission stalls every running decode (the "generation stall" chunked prefill removes).
+// It drives weft::kv (or any sched::kv_manager) the way iteration_scheduler does: real token ids,
+// computed-KV reports after each step, one KV transaction per public call.
 #pragma once
 
+#include <weft/core/checked.hpp>
+#include <weft/core/error.hpp>
+#include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
-#include <weft/sched/block_kv_manager.hpp>
 #include <weft/sched/concepts.hpp>
+#include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/iteration_scheduler.hpp>  // scheduler_stats
 #include <weft/sched/request.hpp>
@@ -16,8 +21,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <tuple>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace weft::sched {
@@ -28,7 +36,7 @@ struct prefill_first_options {
   /// Prompt tokens one prefill iteration may batch; a prompt longer than this can never run and is
   /// refused at submit (vLLM ignores it). Sarathi-Serve's artifact sets it to the longest sequence.
   std::int64_t max_batched_tokens = 8192;
-  double watermark = 0.01;  ///< share of device blocks kept free when admitting, in [0, 1)
+  double watermark = 0.01;  ///< share of usable device blocks kept free when admitting, in [0, 1)
 };
 
 /// vLLM-style settings in one call: the Sarathi-Serve artifact's baseline is vllm_baseline(128, 8192).
@@ -40,16 +48,28 @@ inline prefill_first_options vllm_baseline(std::size_t max_running = 256, std::i
 }
 
 /// Each schedule(now): (1) preempted, then queued requests are admitted in order while the next one's
-/// whole prompt fits (batched tokens, running cap, KV above the watermark); if any was, the batch is
-/// those prefills only. (2) Otherwise every running request decodes one token, oldest first; when KV
-/// cannot grow, the latest arrival (Victim) is preempted by recompute — its KV dropped, it waits at the
-/// front of the queue to prefill its prompt and output again. Requests whose KV arrives ready
-/// (request::kv_ready_tokens == prompt_tokens: disaggregation) join the running set without a prefill.
+/// whole prompt fits (batched tokens, running cap, KV above the watermark; a cached prefix is not
+/// prefilled again); if any was, the batch is those prefills only. (2) Otherwise every running request
+/// decodes one token, oldest first; when KV cannot grow, the latest arrival (Victim) is preempted by
+/// recompute — its computed blocks published, its KV freed, it waits at the front of the queue to
+/// prefill its prompt and output again (hitting its own blocks while they stay cached). Requests whose
+/// KV arrives ready (request::kv_ready_tokens == prompt_tokens: disaggregation) join the running set
+/// without a prefill.
 ///
-/// Satisfies batch_scheduler; usable in every simulator deployment (it has kv()). Not thread-safe
-/// (one engine loop owns it). schedule O(R + A log W) (R running, A admitted, W waiting, plus the
-/// Queue's costs); complete O(E + F * E) (E batch entries, F finished).
-template <fair_queue Queue = fcfs_queue, kv_manager KV = block_kv_manager, victim_policy Victim = latest_arrival_victim>
+/// The engine loop is iteration_scheduler's: run batch::copies, then the forward pass of the entries
+/// (prefill ids are kv().tokens(id), a decode step's input is entry.token), then complete(finished,
+/// decoded) with the token each emitting entry sampled; complete() reports the computed KV, which is
+/// what publishes full blocks. Requests without token ids are counted by length (no prefix caching).
+///
+/// Every public call either succeeds or throws weft::error leaving the scheduler and its KV manager as
+/// they were (one KV transaction per call plus an undo log of its own changes; a request a failed
+/// schedule() had taken from the Queue waits at the front of the line). The Queue's hooks must not
+/// throw for requests it handed out. Satisfies batch_scheduler; usable in every simulator deployment
+/// (it has kv()). Not thread-safe (one engine loop owns it). schedule O(R + A log W) (R running, A
+/// admitted, W waiting, plus the Queue's and KV manager's costs); complete O(E + F * E + R log R)
+/// (E batch entries, F finished).
+template <fair_queue Queue = fcfs_queue, kv_manager KV = weft::kv::kv_manager<>,
+          victim_policy Victim = latest_arrival_victim>
 class prefill_first_scheduler {
  public:
   using queue_type = Queue;
@@ -68,73 +88,171 @@ class prefill_first_scheduler {
   prefill_first_scheduler& operator=(const prefill_first_scheduler&) = delete;
 
   /// Queues r. Returns false (counted in stats().rejected) when it can never run: its prompt exceeds
-  /// max_batched_tokens or the whole device cache. Throws weft::error for an invalid request.
+  /// max_batched_tokens, or its prompt and first output token exceed the whole device cache. Throws
+  /// weft::error, changing nothing, for an invalid request (see validate()), an id already in this
+  /// scheduler, or kv_ready_tokens on a request with token ids. O(queue push).
   bool submit(const request& r, double now) {
-    validate(r, "weft::sched::prefill_first_scheduler::submit");
-    const std::int64_t blocks = (r.prompt_tokens + 1 + kv_.block_tokens() - 1) / kv_.block_tokens();
-    if (r.prompt_tokens - r.kv_ready_tokens > opt_.max_batched_tokens || blocks > kv_.total_blocks()) {
+    constexpr const char* where = "weft::sched::prefill_first_scheduler::submit";
+    validate(r, where);
+    expects(!ids_.contains(r.id), errc::already_exists, where, "request ", r.id,
+            " is already in this scheduler (waiting or running); request ids must be unique");
+    expects(r.prompt.empty() || r.kv_ready_tokens == 0, errc::unsupported, where, "request ", r.id,
+            ": kv_ready_tokens is supported only for requests counted by length (no prompt ids)");
+    const auto block = checked_cast<std::uint64_t>(kv_.block_size(), where);
+    const std::uint64_t blocks = checked_cast<std::uint64_t>(r.prompt_tokens, where) / block + 1;
+    if (r.prompt_tokens - r.kv_ready_tokens > opt_.max_batched_tokens || blocks > kv_.usable_blocks()) {
       ++stats_.rejected;
       return false;
     }
-    queue_.push(r, now);
+    ids_.insert(r.id);
+    try {
+      queue_.push(r, now);
+    } catch (...) {
+      ids_.erase(r.id);
+      throw;
+    }
     return true;
   }
 
   /// The next iteration's batch: prefills only, or decodes only. Valid until the next schedule call.
+  /// Throws weft::error (precondition) while the previous non-empty batch awaits complete(). On any
+  /// throw, the scheduler and the KV manager are as before the call.
   const batch& schedule(double now) {
+    constexpr const char* where = "weft::sched::prefill_first_scheduler::schedule";
+    expects(batch_.entries.empty(), errc::precondition, where,
+            "the last batch has not been completed; call complete() before scheduling again");
+    compact();  // requests preempted in an empty batch, which is never completed
+    std::swap(batch_, previous_);
     batch_.clear();
     entry_slot_.clear();
-    if (dead_ > 0) {  // preempted in an empty batch that was never completed
-      std::erase_if(running_, [](const slot& s) { return !s.alive; });
-      dead_ = 0;
+    undo_.clear();
+    deferred_finish_.clear();
+    const scheduler_stats stats_before = stats_;
+    kv_.begin_transaction();
+    try {
+      admit(now);
+      if (batch_.entries.empty()) {
+        decode_all();
+        // Everyone gave way (a request outgrew the free cache): admit again now, so a request that
+        // can never fit is aborted and the others restart, instead of waiting for an event.
+        if (batch_.entries.empty() && !requeued_.empty()) admit(now);
+      }
+      for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
+    } catch (...) {
+      kv_.rollback_transaction();
+      roll_back();
+      stats_ = stats_before;
+      std::swap(batch_, previous_);
+      entry_slot_.clear();
+      throw;
     }
-    admit(now);
-    if (batch_.entries.empty()) decode_all();
+    kv_.commit_transaction();
+    for (const request_id id : batch_.aborted) ids_.erase(id);
     return batch_;
   }
 
-  /// The last batch ran: every entry advances; `finished` (which must have emitted a token in it) end.
-  /// Throws weft::error, changing nothing, for an id that did not.
-  void complete(std::span<const request_id> finished) {
-    for (request_id id : finished) {
-      const bool known = std::any_of(batch_.entries.begin(), batch_.entries.end(),
-                                     [&](const batch_entry& e) { return e.id == id && e.emits_token; });
-      expects(known, errc::not_found, "weft::sched::prefill_first_scheduler::complete", "request ", id,
-              " did not emit a token in the last batch");
+  /// The last batch ran: every entry advances, the computed KV is reported to the KV manager, each
+  /// emitting entry's sampled token is kept as its request's next input, and `finished` end.
+  /// finished: requests that ended (EOS or a length cap), each an entry of the last batch that emitted
+  /// a token, listed once. decoded: empty, or one token id per entry in entry order (required when an
+  /// emitting entry's request carries token ids and does not end here). Throws weft::error naming the
+  /// request and the rule, changing nothing, for any other input. O(E + F * E + R log R).
+  void complete(std::span<const request_id> finished, std::span<const token_id> decoded = {}) {
+    constexpr const char* where = "weft::sched::prefill_first_scheduler::complete";
+    const std::size_t n = batch_.entries.size();
+    if (n == 0) {
+      expects(finished.empty() && decoded.empty(), errc::precondition, where,
+              "no batch is in flight (complete() was already called, or schedule() returned an empty batch)");
+      return;
     }
-    for (std::size_t i = 0; i < finished.size(); ++i)
-      expects(std::find(finished.begin() + static_cast<std::ptrdiff_t>(i) + 1, finished.end(), finished[i]) ==
-                  finished.end(),
-              errc::invalid_argument, "weft::sched::prefill_first_scheduler::complete", "request ", finished[i],
-              " is listed twice");
-    for (std::size_t k = 0; k < batch_.entries.size(); ++k) {
+    expects(decoded.empty() || decoded.size() == n, errc::invalid_argument, where, "the last batch has ", n,
+            " entries but ", decoded.size(), " decoded tokens were given; give one per entry, in entry order");
+    is_done_.assign(n, 0);
+    std::size_t found = 0;
+    for (std::size_t k = 0; k < n && !finished.empty(); ++k) {
+      const batch_entry& e = batch_.entries[k];
+      if (std::find(finished.begin(), finished.end(), e.id) == finished.end()) continue;
+      expects(e.emits_token, errc::invalid_argument, where, "request ", e.id,
+              " is listed as finished but its entry in the last batch emitted no token");
+      is_done_[k] = 1;
+      ++found;
+    }
+    if (found != finished.size()) {
+      for (std::size_t f = 0; f < finished.size(); ++f) {
+        const request_id id = finished[f];
+        expects(
+            std::any_of(batch_.entries.begin(), batch_.entries.end(), [&](const batch_entry& e) { return e.id == id; }),
+            errc::not_found, where, "request ", id, " is listed as finished but is not in the last batch");
+        expects(std::find(finished.begin() + static_cast<std::ptrdiff_t>(f) + 1, finished.end(), id) == finished.end(),
+                errc::invalid_argument, where, "request ", id, " is listed as finished twice");
+      }
+    }
+    if (decoded.empty())
+      for (std::size_t k = 0; k < n; ++k) {
+        const slot& s = running_[entry_slot_[k]];
+        expects(!batch_.entries[k].emits_token || is_done_[k] || !s.with_ids, errc::invalid_argument, where, "request ",
+                s.req.id, " carries token ids and emitted a token in the last batch: complete() needs ",
+                "the decoded token of every entry (decoded is empty)");
+      }
+    // The KV manager first, in one transaction: computed KV (what publishes blocks), then frees.
+    const auto bs = static_cast<std::int64_t>(kv_.block_size());
+    bool open = false;
+    try {
+      for (std::size_t k = 0; k < n; ++k) {
+        const batch_entry& e = batch_.entries[k];
+        const slot& s = running_[entry_slot_[k]];
+        const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
+        // Counted requests publish nothing; with ids, a prefill, a filled block and an end report.
+        if (!s.with_ids || !(is_done_[k] || e.prefill_tokens > 0 || done % bs == 0)) continue;
+        if (!open) kv_.begin_transaction();
+        open = true;
+        kv_.computed(s.req.id, static_cast<std::size_t>(done));
+      }
+      for (std::size_t k = 0; k < n; ++k) {
+        if (!is_done_[k]) continue;
+        if (!open) kv_.begin_transaction();
+        open = true;
+        kv_.free(running_[entry_slot_[k]].req.id);
+      }
+    } catch (...) {
+      if (open) kv_.rollback_transaction();
+      throw;
+    }
+    if (open) kv_.commit_transaction();
+    // Then the scheduler's own state; nothing below throws.
+    for (std::size_t k = 0; k < n; ++k) {
       const batch_entry& e = batch_.entries[k];
       slot& s = running_[entry_slot_[k]];
       s.done += e.prefill_tokens + e.decode_tokens;
       if (e.emits_token) {
         ++s.generated;
         queue_.on_tokens(s.req, 1);
+        if (!decoded.empty()) s.pending = decoded[k];
       }
-      if (std::find(finished.begin(), finished.end(), e.id) != finished.end()) {
-        kv_.release(s.req.id);
+      if (is_done_[k]) {
         queue_.on_finish(s.req, s.generated);
+        ids_.erase(s.req.id);
         s.alive = false;
+        ++dead_;
       }
     }
-    std::erase_if(running_, [](const slot& s) { return !s.alive; });
-    dead_ = 0;
     batch_.entries.clear();
     entry_slot_.clear();
+    compact();
+    if (!std::is_sorted(running_.begin(), running_.end(), by_arrival))
+      std::sort(running_.begin(), running_.end(), by_arrival);
   }
 
-  std::size_t waiting() const noexcept { return queue_.size() + requeued_.size(); }
+  std::size_t waiting() const noexcept { return queue_.size() + front_.size() + requeued_.size(); }
   std::size_t running() const noexcept { return live(); }
   bool idle() const noexcept { return live() == 0 && waiting() == 0; }
   /// Counters as iteration_scheduler's (no swaps: vLLM v0's default preemption is recompute).
   const scheduler_stats& stats() const noexcept { return stats_; }
+  /// The batch of the last schedule() until complete() (its entries are cleared there).
   const batch& last_batch() const noexcept { return batch_; }
   const prefill_first_options& options() const noexcept { return opt_; }
   Queue& queue() noexcept { return queue_; }
+  /// The KV manager: the engine reads token ids, block tables and slot mappings here.
   const KV& kv() const noexcept { return kv_; }
 
  private:
@@ -143,44 +261,42 @@ class prefill_first_scheduler {
     std::int64_t target = 0;     // tokens to prefill: prompt (+ generated, after a preemption)
     std::int64_t done = 0;       // tokens whose KV is computed
     std::int64_t generated = 0;  // output tokens produced here
+    std::int64_t room = 0;       // counted requests: tokens their blocks hold (decodes inside need no KV call)
+    token_id pending = 0;        // with ids: the latest sampled token, the next decode step's input
+    bool with_ids = false;       // the request carries token ids (the KV manager holds them)
     bool alive = true;
+    std::vector<token_id> tokens;  // with ids, after a preemption: every id to prefill again
   };
-  static auto arrival_rank(const slot& s) noexcept { return std::tuple(s.req.arrival_s, s.req.id); }
-  std::size_t live() const noexcept { return running_.size() - dead_; }
+  static bool by_arrival(const slot& a, const slot& b) noexcept {
+    return std::tie(a.req.arrival_s, a.req.id) < std::tie(b.req.arrival_s, b.req.id);
+  }
 
-  // (1) Prefill phase. Requests whose KV arrived ready join running without an entry.
-  void admit(double now) {
-    const auto watermark =
-        static_cast<std::int64_t>(std::ceil(opt_.watermark * static_cast<double>(kv_.total_blocks())));
-    while (live() < opt_.max_running) {
-      const bool requeued = !requeued_.empty();
-      const request* next = requeued ? &requeued_.front().req : queue_.peek(now);
-      if (next == nullptr) return;
-      slot s = requeued ? requeued_.front() : fresh(*next);
-      if (requeued && live() == 0 && kv_.blocks_to_grow(s.req, s.target + 1) > kv_.total_blocks()) {
-        // Prompt plus output outgrew the whole cache: end it (the only way a request ends unfinished).
-        requeued_.erase(requeued_.begin());
-        queue_.on_finish(s.req, s.generated);
-        batch_.aborted.push_back(s.req.id);
-        ++stats_.aborted;
-        continue;
-      }
-      if (s.done < s.target) s.done = std::max(s.done, std::min(kv_.cached_prefix_tokens(s.req), s.target - 1));
-      const std::int64_t prefill = s.target - s.done;
-      if (prefill > 0 && batch_.prefill_tokens + prefill > opt_.max_batched_tokens) return;
-      const std::int64_t reserve = live() == 0 ? 0 : watermark;  // never idle an empty machine
-      if (kv_.blocks_to_grow(s.req, s.target + 1) > kv_.free_blocks() - reserve) return;
-      if (!kv_.grow(s.req, std::max(s.done, s.target))) return;
-      if (requeued) {
-        requeued_.erase(requeued_.begin());
-      } else {
-        queue_.pop(now);
-        queue_.on_admit(s.req);
-        ++stats_.admitted;
-      }
-      running_.push_back(s);
-      if (prefill > 0) add_entry(running_.size() - 1, prefill, 0);
-    }
+  // One entry of schedule()'s undo log (applied newest first on failure).
+  enum class undo_kind : std::uint8_t {
+    running_inserted,   // running_[index] was inserted
+    killed,             // running_[index] was preempted (alive cleared)
+    room_saved,         // running_[index].room was `room`
+    requeued_inserted,  // requeued_[index] was inserted
+    requeued_erased,    // requeued_[index] was erased; saved holds it
+    front_erased,       // front_[0] was erased; saved->req holds it
+    queue_popped,       // saved->req was popped from the queue (and charged by on_admit)
+  };
+  struct undo_entry {
+    undo_kind kind;
+    std::size_t index = 0;
+    std::int64_t room = 0;
+    std::optional<slot> saved;
+  };
+  // Appends an entry; callers reserve room first (detail::reserve_more), so it does not throw.
+  undo_entry& push_undo(undo_kind kind, std::size_t index, std::optional<slot> saved = std::nullopt) {
+    undo_.push_back(undo_entry{kind, index, 0, std::move(saved)});
+    return undo_.back();
+  }
+
+  std::size_t live() const noexcept { return running_.size() - dead_; }
+  std::int64_t blocks_for(std::int64_t tokens) const noexcept {
+    const auto bs = static_cast<std::int64_t>(kv_.block_size());
+    return tokens / bs + (tokens % bs != 0 ? 1 : 0);
   }
 
   slot fresh(const request& r) const {
@@ -188,21 +304,119 @@ class prefill_first_scheduler {
     s.req = r;
     s.target = r.prompt_tokens;
     s.done = r.kv_ready_tokens;
+    s.with_ids = !r.prompt.empty();
     if (s.done == s.target) s.generated = 1;  // prefilled elsewhere: the first token exists
     return s;
   }
 
-  // (2) Decode phase: oldest first; a request that cannot grow preempts the latest arrivals.
+  enum class source : std::uint8_t { requeued, front, queue };
+
+  // (1) Prefill phase. Requests whose KV arrived ready join running without an entry.
+  void admit(double now) {
+    const std::size_t usable = kv_.usable_blocks();
+    const auto watermark = static_cast<std::size_t>(std::ceil(opt_.watermark * static_cast<double>(usable)));
+    const auto bs = static_cast<std::int64_t>(kv_.block_size());
+    while (live() < opt_.max_running) {
+      source from = source::queue;
+      const request* next = nullptr;
+      if (!requeued_.empty()) {
+        from = source::requeued;
+        next = &requeued_.front().req;
+      } else if (!front_.empty()) {
+        from = source::front;
+        next = &front_.front();
+      } else {
+        next = queue_.peek(now);
+      }
+      if (next == nullptr) return;
+      slot s = from == source::requeued ? requeued_.front() : fresh(*next);
+      if (from == source::requeued && live() == 0 && std::cmp_greater(blocks_for(s.target + 1), usable)) {
+        // Prompt plus output outgrew the whole cache: end it (the only way a request ends unfinished).
+        detail::reserve_more(undo_, 1);
+        deferred_finish_.emplace_back(s.req, s.generated);
+        batch_.aborted.push_back(s.req.id);
+        push_undo(undo_kind::requeued_erased, 0, std::move(requeued_.front()));
+        requeued_.erase(requeued_.begin());
+        ++stats_.aborted;
+        continue;
+      }
+      const std::span<const token_id> ids = !s.with_ids         ? std::span<const token_id>()
+                                            : !s.tokens.empty() ? std::span<const token_id>(s.tokens)
+                                                                : s.req.prompt;
+      const weft::kv::request_options options = kv_request_options(s.req);
+      std::int64_t cached = 0;
+      if (!ids.empty() && s.done < s.target) cached = static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
+      const std::int64_t start = s.done < s.target ? std::max(s.done, std::min(cached, s.target - 1)) : s.done;
+      if (s.target > start && batch_.prefill_tokens + (s.target - start) > opt_.max_batched_tokens) return;
+      const std::size_t reserve = live() == 0 ? 0 : watermark;  // never idle an empty machine
+      const std::int64_t need = blocks_for(s.target + 1) - cached / bs;
+      if (std::cmp_greater(need, kv_.free_blocks()) || std::cmp_greater(reserve, kv_.free_blocks() - need)) return;
+      const auto slots = static_cast<std::size_t>(s.target);
+      auto alloc = ids.empty() ? kv_.allocate_prompt(s.req.id, slots, options, slots)
+                               : kv_.allocate_prompt(s.req.id, ids, options, slots);
+      if (!alloc) return;
+      const auto hit = static_cast<std::int64_t>(alloc->cached_tokens);
+      if (s.done < s.target) s.done = std::max(s.done, std::min(hit, s.target - 1));
+      const std::int64_t prefill = s.target - s.done;
+      stats_.cached_prompt_tokens += static_cast<std::uint64_t>(hit);
+      if (alloc->host_to_device.blocks > 0)
+        batch_.copies.push_back({kv_copy::kind::prefix_in, s.req.id, std::move(alloc->host_to_device), {}});
+      s.room = ids.empty() ? static_cast<std::int64_t>(alloc->slots + static_cast<std::size_t>(bs) - 1) / bs * bs : 0;
+      s.tokens.clear();  // the KV manager holds them now
+      s.alive = true;
+      // Take it from its source, and into running (undo-logged; room reserved first).
+      detail::reserve_more(undo_, 2);
+      detail::reserve_more(running_, 1);
+      if (from == source::requeued) {
+        push_undo(undo_kind::requeued_erased, 0, std::move(requeued_.front()));
+        requeued_.erase(requeued_.begin());
+      } else if (from == source::front) {
+        push_undo(undo_kind::front_erased, 0, slot{}).saved->req = front_.front();
+        front_.erase(front_.begin());
+        ++stats_.admitted;
+      } else {
+        const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
+        push_undo(undo_kind::queue_popped, 0, slot{}).saved->req = popped;
+        ++stats_.admitted;
+        queue_.on_admit(s.req);
+      }
+      // Before the first entry the running set is kept in arrival order (decode_all may follow in
+      // this call); after it complete() restores the order.
+      std::size_t i = running_.size();
+      if (batch_.entries.empty())
+        i = static_cast<std::size_t>(std::upper_bound(running_.begin(), running_.end(), s, by_arrival) -
+                                     running_.begin());
+      push_undo(undo_kind::running_inserted, i);
+      running_.insert(running_.begin() + static_cast<std::ptrdiff_t>(i), std::move(s));
+      if (prefill > 0) add_entry(i, prefill, 0);
+    }
+  }
+
+  // (2) Decode phase: oldest first; a request that cannot grow preempts the latest arrivals after it.
   void decode_all() {
-    if (!std::is_sorted(running_.begin(), running_.end(),
-                        [](const slot& a, const slot& b) { return arrival_rank(a) < arrival_rank(b); }))
-      std::sort(running_.begin(), running_.end(),
-                [](const slot& a, const slot& b) { return arrival_rank(a) < arrival_rank(b); });
     for (std::size_t i = 0; i < running_.size(); ++i) {
-      while (running_[i].alive && !kv_.grow(running_[i].req, running_[i].done + 1))
+      if (!running_[i].alive) continue;
+      while (running_[i].alive && !grow_one(i))
         if (!preempt_after(i)) preempt(i);  // nobody later to evict: it gives way itself
       if (running_[i].alive) add_entry(i, 0, 1);
     }
+  }
+
+  // A slot for running_[i]'s next decode input (with ids: the token itself goes to the KV manager).
+  bool grow_one(std::size_t i) {
+    slot& s = running_[i];
+    if (!s.with_ids && s.done + 1 <= s.room) return true;  // counted, inside its blocks: no KV call
+    detail::reserve_more(undo_, 1);
+    const weft::kv::append_result r = s.with_ids ? kv_.append(s.req.id, std::span<const token_id>(&s.pending, 1))
+                                                 : kv_.grow(s.req.id, static_cast<std::size_t>(s.done + 1));
+    if (!r.fits) return false;
+    if (!s.with_ids) {
+      push_undo(undo_kind::room_saved, i).room = s.room;
+      const auto bs = static_cast<std::int64_t>(kv_.block_size());
+      s.room = (s.done + 1 + bs - 1) / bs * bs;  // grow allocates exactly the blocks the tokens need
+    }
+    if (r.copy) batch_.copies.push_back({kv_copy::kind::copy_on_write, s.req.id, {}, *r.copy});
+    return true;
   }
 
   // Preempts the Victim's choice among running requests after position i. False when there is none.
@@ -212,8 +426,8 @@ class prefill_first_scheduler {
     for (std::size_t j = i + 1; j < running_.size(); ++j) {
       const slot& v = running_[j];
       if (!v.alive) continue;
-      candidates_.push_back(
-          {v.req.id, v.req.client, v.req.priority, v.req.arrival_s, 0, kv_.held_blocks(v.req.id), v.generated});
+      candidates_.push_back({v.req.id, v.req.client, v.req.priority, v.req.arrival_s, 0,
+                             static_cast<std::int64_t>(kv_.blocks(v.req.id).size()), v.generated});
       candidate_slot_.push_back(j);
     }
     if (candidates_.empty()) return false;
@@ -224,30 +438,79 @@ class prefill_first_scheduler {
     return true;
   }
 
+  // Preempts running_[j] by recompute: its computed blocks are published (readmitted, it hits them
+  // while they stay cached), its KV freed, and it waits at the front of the line, oldest first.
   void preempt(std::size_t j) {
-    slot& v = running_[j];
-    kv_.release(v.req.id);
-    v.alive = false;
-    ++dead_;
-    slot back = v;
-    back.alive = true;
-    back.target = v.req.prompt_tokens + v.generated;
+    slot back = running_[j];  // every allocation first
+    back.target = back.req.prompt_tokens + back.generated;
     back.done = 0;
-    // Back to the front of the queue, oldest first (vLLM's waiting deque).
-    const auto pos = std::upper_bound(requeued_.begin(), requeued_.end(), back,
-                                      [](const slot& a, const slot& b) { return arrival_rank(a) < arrival_rank(b); });
-    requeued_.insert(pos, back);
-    batch_.preempted_recompute.push_back(v.req.id);
+    back.room = 0;
+    if (back.with_ids) {
+      // The KV manager holds the ids of the computed tokens; the latest sampled one follows.
+      const auto t = kv_.tokens(back.req.id);
+      back.tokens.assign(t.begin(), t.end());
+      if (back.generated > 0) back.tokens.push_back(back.pending);
+    }
+    const auto pos = static_cast<std::size_t>(std::upper_bound(requeued_.begin(), requeued_.end(), back, by_arrival) -
+                                              requeued_.begin());
+    detail::reserve_more(undo_, 2);
+    detail::reserve_more(requeued_, 1);
+    if (back.with_ids) kv_.computed(back.req.id, static_cast<std::size_t>(running_[j].done));
+    kv_.free(back.req.id);
+    batch_.preempted_recompute.push_back(back.req.id);
+    push_undo(undo_kind::killed, j);
+    running_[j].alive = false;
+    ++dead_;
+    push_undo(undo_kind::requeued_inserted, pos);
+    requeued_.insert(requeued_.begin() + static_cast<std::ptrdiff_t>(pos), std::move(back));
     ++stats_.preempted_recompute;
   }
 
   void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode) {
     const slot& s = running_[i];
     const bool emits = decode > 0 || s.done + prefill >= s.target;
-    batch_.entries.push_back({s.req.id, s.req.client, prefill, decode, s.done + prefill + decode, emits});
+    batch_.entries.push_back({s.req.id, s.req.client, prefill, decode, s.done + prefill + decode, emits,
+                              decode > 0 && s.with_ids ? s.pending : -1});
     entry_slot_.push_back(i);
     batch_.prefill_tokens += prefill;
     batch_.decode_tokens += decode;
+  }
+
+  // Undoes schedule()'s changes to the scheduler's own state, newest first.
+  void roll_back() noexcept {
+    for (std::size_t u = undo_.size(); u-- > 0;) {
+      undo_entry& e = undo_[u];
+      switch (e.kind) {
+        case undo_kind::running_inserted:
+          running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(e.index));
+          break;
+        case undo_kind::killed:
+          running_[e.index].alive = true;
+          --dead_;
+          break;
+        case undo_kind::room_saved:
+          running_[e.index].room = e.room;
+          break;
+        case undo_kind::requeued_inserted:
+          requeued_.erase(requeued_.begin() + static_cast<std::ptrdiff_t>(e.index));
+          break;
+        case undo_kind::requeued_erased:
+          requeued_.insert(requeued_.begin() + static_cast<std::ptrdiff_t>(e.index), std::move(*e.saved));
+          break;
+        case undo_kind::front_erased:
+        case undo_kind::queue_popped:
+          front_.insert(front_.begin(), std::move(e.saved->req));
+          break;
+      }
+    }
+    undo_.clear();
+  }
+
+  // Removes dead slots, keeping order. Only between batches (no entry refers to a slot).
+  void compact() noexcept {
+    if (dead_ == 0) return;
+    std::erase_if(running_, [](const slot& s) { return !s.alive; });
+    dead_ = 0;
   }
 
   prefill_first_options opt_;
@@ -255,15 +518,24 @@ class prefill_first_scheduler {
   KV kv_;
   Victim victim_;
   batch batch_;
+  batch previous_;  // the batch before batch_, kept to restore last_batch() when schedule() fails
   scheduler_stats stats_;
-  // Invariants: running_ holds admitted requests, dead_ of them preempted in the batch in flight
-  // (erased at complete); requeued_ is sorted oldest first; entry_slot_[k] is the running_ index of
-  // batch_.entries[k].
+  // Invariants: running_ holds admitted requests in arrival order between calls (dead_ of them
+  // preempted in the batch in flight); requeued_ is sorted oldest first; front_ holds requests a failed
+  // schedule() took from the queue, oldest first; entry_slot_[k] is the running_ index of
+  // batch_.entries[k]; ids_ holds the id of every request waiting or running here. With ids, a running
+  // request's KV manager holds the ids of its `done` computed tokens (its pending token joins at the
+  // decode step that reads it).
   std::vector<slot> running_;
   std::vector<slot> requeued_;
+  std::vector<request> front_;
+  std::unordered_set<request_id> ids_;
   std::vector<std::size_t> entry_slot_;
+  std::vector<char> is_done_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
+  std::vector<undo_entry> undo_;
+  std::vector<std::pair<request, std::int64_t>> deferred_finish_;
   std::size_t dead_ = 0;
 };
 

@@ -1,37 +1,55 @@
-// The vocabulary every sched component shares: client and request ids, the request a scheduler
-// sees (lengths, arrival, tenant, priority, shared prefix, SLOs) and its validation rules.
-// The true output length is deliberately absent: an engine learns it only when EOS is produced.
+// The vocabulary every sched component shares: client and request ids (weft's own, shared with
+// weft::kv), the request a scheduler sees (its prompt token ids or length, arrival, tenant, priority,
+// cache salt, adapter, media, SLOs) and its validation rules. The true output length is deliberately
+// absent: an engine learns it only when EOS is produced.
 #pragma once
 
 #include <weft/core/error.hpp>
-#include <weft/core/strong_id.hpp>
+#include <weft/core/ids.hpp>
+#include <weft/kv/block_hasher.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <span>
+#include <utility>
 
 namespace weft::sched {
 
-struct client_tag;
-struct request_tag;
-/// A tenant (user, API key, application). Fair queues share service between clients.
-using client_id = weft::strong_id<client_tag, std::uint32_t>;
-/// One generation request; unique within a scheduler.
-using request_id = weft::strong_id<request_tag, std::uint64_t>;
+/// A tenant (user, API key, application): weft's one tenant id (core/ids.hpp), the same type
+/// weft::kv charges block quotas to. Fair queues share service between clients.
+using client_id = weft::tenant_id;
+using tenant_id = weft::tenant_id;
+/// One generation request: weft's one request id, the same the KV manager uses. Unique within a
+/// scheduler (submit refuses a duplicate).
+using request_id = weft::request_id;
+/// A token id as the tokenizer produced it.
+using token_id = weft::token_id;
 
-/// What a scheduler knows about a request when it arrives. A plain value: thread-safe to copy.
+/// What a scheduler knows about a request when it arrives. A plain value: thread-safe to copy. It
+/// does not own its prompt: the caller keeps the token ids (and media) alive until the request
+/// leaves the scheduler (finished, aborted or migrated).
 struct request {
   request_id id{};
   client_id client{0};
-  std::int64_t prompt_tokens = 0;            ///< input length, >= 1
+  std::int64_t prompt_tokens = 0;            ///< input length, >= 1 (equal to prompt.size() when ids are given)
   std::int64_t predicted_output_tokens = 0;  ///< a length predictor's guess, >= 0 (0: no prediction)
   std::int64_t max_output_tokens = 0;        ///< the engine's cap, >= 0 (0: no cap known)
   double arrival_s = 0.0;                    ///< arrival time in seconds, finite and >= 0
   int priority = 0;                          ///< larger is more important (strict priority, SLO policies)
-  std::uint64_t prefix_id = 0;               ///< requests sharing a prompt prefix share this id; 0: none
-  std::int64_t prefix_tokens = 0;            ///< length of that shared prefix, 0 <= prefix <= prompt
-  std::int64_t kv_ready_tokens = 0;          ///< tokens whose KV arrives ready (disaggregation, migration)
-  double ttft_slo_s = 0.0;                   ///< time-to-first-token target; 0: none
-  double tpot_slo_s = 0.0;                   ///< time-per-output-token target; 0: none
+  /// A grouping hint for prefix_group_queue and prefix_aware_queue (requests that likely share a
+  /// prompt prefix); 0: none. It never shares KV: prefix-cache hits come from the prompt's token ids.
+  std::uint64_t prefix_id = 0;
+  std::int64_t prefix_tokens = 0;    ///< length of that shared prefix, 0 <= prefix <= prompt (a hint too)
+  std::int64_t kv_ready_tokens = 0;  ///< tokens whose KV arrives ready (disaggregation, migration); see submit()
+  double ttft_slo_s = 0.0;           ///< time-to-first-token target; 0: none
+  double tpot_slo_s = 0.0;           ///< time-per-output-token target; 0: none
+  /// The prompt's token ids. With them the KV manager finds cached prefixes by content and caches
+  /// this request's blocks (prompt and decoded) for others; empty: the request is counted only (a
+  /// simulator's mode: no prefix caching).
+  std::span<const token_id> prompt{};
+  std::uint64_t cache_salt = 0;  ///< prefix-cache namespace (0: shared with every unsalted request)
+  std::uint64_t adapter_id = 0;  ///< LoRA adapter (0: base model); part of every block's key
+  std::span<const weft::kv::multimodal_item> media{};  ///< multimodal items in the prompt, sorted by offset
 };
 
 /// Throws weft::error(invalid_argument) naming the field and the rule when r is not a valid
@@ -41,6 +59,19 @@ inline void validate(const request& r, const char* where) {
   expects(r.client.valid(), errc::invalid_argument, where, "request ", r.id, ": client id must be valid");
   expects(r.prompt_tokens >= 1, errc::invalid_argument, where, "request ", r.id, ": prompt_tokens must be >= 1, got ",
           r.prompt_tokens);
+  expects(r.prompt.empty() || std::cmp_equal(r.prompt.size(), r.prompt_tokens), errc::invalid_argument, where,
+          "request ", r.id, ": prompt holds ", r.prompt.size(), " token ids but prompt_tokens is ", r.prompt_tokens,
+          "; they must match");
+  expects(r.media.empty() || !r.prompt.empty(), errc::invalid_argument, where, "request ", r.id,
+          ": media needs the prompt's token ids");
+  for (std::size_t i = 0; i < r.media.size(); ++i) {
+    const weft::kv::multimodal_item& m = r.media[i];
+    expects(m.offset <= r.prompt.size() && m.length <= r.prompt.size() - m.offset, errc::invalid_argument, where,
+            "request ", r.id, ": multimodal item ", i, " (offset ", m.offset, ", length ", m.length,
+            ") lies outside the prompt of ", r.prompt.size(), " tokens");
+    expects(i == 0 || r.media[i - 1].offset <= m.offset, errc::invalid_argument, where, "request ", r.id,
+            ": multimodal item ", i, " starts before item ", i - 1, "; media must be sorted by offset");
+  }
   expects(r.predicted_output_tokens >= 0, errc::invalid_argument, where, "request ", r.id,
           ": predicted_output_tokens must be >= 0, got ", r.predicted_output_tokens);
   expects(r.max_output_tokens >= 0, errc::invalid_argument, where, "request ", r.id,

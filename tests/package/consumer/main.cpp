@@ -28,6 +28,7 @@ int main() {
   std::vector<weft::kv::token_id> prompt(55);
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<weft::kv::token_id>(i + 1);
   (void)kv.allocate_prompt(weft::kv::request_id(1), prompt);
+  kv.computed(weft::kv::request_id(1), prompt.size());  // the prefill ran: its blocks may be shared now
   prompt.resize(50);
   const auto second = kv.allocate_prompt(weft::kv::request_id(2), prompt);
   std::printf("kv consumer: second prompt has %zu cached tokens -> %s\n", second->cached_tokens,

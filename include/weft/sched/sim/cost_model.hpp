@@ -5,6 +5,8 @@
 // profile or latency + ring bytes), plus the engine's CPU work per iteration and per request.
 #pragma once
 
+#include <weft/core/checked.hpp>
+#include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
 #include <weft/sched/sim/vidur_profile.hpp>
 
@@ -277,6 +279,20 @@ class cost_model {
   }
   /// KV bytes per token of the model (per instance, all TP shards together).
   std::int64_t kv_bytes_per_token() const noexcept { return static_cast<std::int64_t>(p_.model.kv_bytes_per_token()); }
+  /// The configuration of one instance's weft::kv::kv_manager: as many device blocks of block_size
+  /// tokens as fit (kv_blocks) plus kv's null block, the model's KV bytes per token, and host_blocks
+  /// usable host-tier blocks (0: no host tier). Other fields keep kv_config's defaults. O(1).
+  weft::kv::kv_config kv_manager_config(std::size_t block_size = 16, std::size_t host_blocks = 0) const {
+    const char* where = "weft::sched::sim::cost_model::kv_manager_config";
+    weft::kv::kv_config c;
+    c.block_size = block_size;
+    c.num_blocks =
+        checked_add(checked_cast<std::size_t>(kv_blocks(checked_cast<std::int64_t>(block_size, where)), where),
+                    std::size_t{1}, where);
+    c.host_blocks = host_blocks == 0 ? 0 : checked_add(host_blocks, std::size_t{1}, where);
+    c.bytes_per_token = checked_cast<std::size_t>(kv_bytes_per_token(), where);
+    return c;
+  }
 
  private:
   void validate_params() const {

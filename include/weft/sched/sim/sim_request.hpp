@@ -12,10 +12,16 @@
 
 namespace weft::sched::sim {
 
-/// A request plus what only the simulated engine knows: its true output length.
+/// A request plus what only the simulated engine knows: its true output length, and which
+/// conversation it continues.
 struct sim_request {
   request req;
   std::int64_t output_tokens = 1;  ///< >= 1
+  /// Multi-turn chat: nonzero when this request is a turn of conversation `session`, whose next turn's
+  /// prompt repeats this one's prompt and answer. The simulator then draws every token of it (prompt
+  /// and output) from the conversation's stream, so the next turn finds them in the prefix cache by
+  /// content (see sim_options::token_ids). 0: not a conversation turn.
+  std::uint64_t session = 0;
 };
 
 /// Requests sorted by arrival (ties: id). Generators and readers return this.

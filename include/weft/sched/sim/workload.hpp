@@ -151,7 +151,9 @@ inline workload on_off_workload(const generator_options& o, const std::vector<te
 /// Multi-turn chat sessions: sessions start as a Poisson process; each has `turns` turns separated by
 /// think time (exponential, mean think_s). Turn k's prompt is a shared system prompt, the previous
 /// turns' prompts and answers (the shared prefix, prefix_id = session), and a new user message drawn
-/// from o.prompt. Open loop: a turn's arrival does not wait for the previous answer. O(requests).
+/// from o.prompt; every turn carries sim_request::session, so the simulator gives the whole conversation
+/// one token stream and later turns hit the earlier ones' KV by content. Open loop: a turn's arrival
+/// does not wait for the previous answer. O(requests).
 inline workload session_workload(const generator_options& o, std::size_t turns, double think_s,
                                  std::int64_t system_prompt_tokens = 256) {
   const char* where = "weft::sched::sim::session_workload";
@@ -175,6 +177,7 @@ inline workload session_workload(const generator_options& o, std::size_t turns, 
       history = std::min(history, max_request_tokens - s.req.prompt_tokens);
       s.req.prefix_id = session;
       s.req.prefix_tokens = history;
+      s.session = session;
       s.req.prompt_tokens += history;
       history = std::min(max_request_tokens, s.req.prompt_tokens + s.output_tokens);
       w.push_back(s);

@@ -26,8 +26,16 @@ struct sim_options {
   double window_s = 10.0;                                       ///< fairness window (s)
   double max_time_s = std::numeric_limits<double>::infinity();  ///< stop the clock here
   double time_noise_cv = 0.0;                                   ///< lognormal jitter on iteration times (0: none)
-  std::uint64_t seed = 1;                                       ///< seeds the jitter
+  std::uint64_t seed = 1;                                       ///< seeds the jitter and the synthetic token ids
   bool keep_tbt_gaps = false;  ///< keep every inter-token gap in sim_result::tbt_gaps (memory: one double per token)
+  /// Requests that share a prefix (sim_request::session, or request::prefix_id) get synthetic token
+  /// ids while they are in a scheduler — a conversation's turns one stream, a declared prefix's tokens
+  /// shared, the rest fresh, all from weft::rng seeded by `seed` — and the simulated engine feeds back
+  /// the conversation's next token as each decoded token, so the KV manager finds prefix hits by
+  /// content (memory: 4 bytes per prompt token of the requests in flight). The others, and every
+  /// request when false, are counted by length (no prefix caching). A request handed to another
+  /// instance (disaggregation, migration) arrives there counted: its KV travels, not its ids.
+  bool token_ids = true;
 };
 
 struct sim_result {
@@ -145,6 +153,7 @@ class accounting {
   // Books one entry of a batch that ran over [start, now]. Returns the prompt tokens it credited
   // (the router's load signal) and whether it emitted a token.
   struct entry_outcome {
+    std::size_t index = 0;  // the request's workload index
     std::int64_t prompt_tokens = 0;
     bool emitted = false;
     bool last = false;  // the request produced its final token
@@ -156,6 +165,7 @@ class accounting {
     if (rec.first_scheduled_s < 0.0) rec.first_scheduled_s = start;
     admit(i);
     entry_outcome out;
+    out.index = i;
     const std::int64_t credit = std::min(e.prefill_tokens, w_[i].req.prompt_tokens - prompt_credit_[i]);
     if (credit > 0) {
       prompt_credit_[i] += credit;

@@ -2,13 +2,15 @@
 // scheduler), shared by sim::simulate (one instance), sim::simulate_colocated (with Llumnix-style
 // migration) and sim::simulate_disaggregated (DistServe's prefill and decode pools). Events, in this
 // order at equal times: batches ending (instance order), KV arriving, requests arriving, migration,
-// idle instances starting batches. Deterministic.
+// idle instances starting batches. Deterministic. Requests that share a prefix carry synthetic token
+// ids while they are in a scheduler (synthetic_tokens.hpp), so prefix caching works from content.
 #pragma once
 
 #include <weft/core/random.hpp>
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/sim/cost_model.hpp>
 #include <weft/sched/sim/detail/accounting.hpp>
+#include <weft/sched/sim/detail/synthetic_tokens.hpp>
 
 #include <concepts>
 #include <cstdint>
@@ -90,6 +92,7 @@ class event_loop {
   }
 
   cluster_result run() {
+    tokens_.resize(w_.size());
     for (;;) {
       const double t = next_event();
       if (t == inf) {
@@ -108,6 +111,9 @@ class event_loop {
       acc_.close_windows(now_);
     }
     out_.result = acc_.finish(now_);
+    for (const auto& n : nodes_)
+      if constexpr (requires { n.s->stats().cached_prompt_tokens; })
+        out_.result.stats.cached_prompt_tokens += n.s->stats().cached_prompt_tokens;
     return std::move(out_);
   }
 
@@ -139,21 +145,32 @@ class event_loop {
       if (!n.busy || n.until > now_) continue;
       n.busy = false;
       finished_.clear();
+      decoded_.clear();
+      leaving_.clear();
       const batch& b = *n.running;
-      for (request_id id : b.aborted) acc_.aborted(id, now_);
+      for (request_id id : b.aborted) {
+        acc_.aborted(id, now_);
+        release_tokens(acc_.index_of(id));  // the scheduler let it go at schedule()
+      }
       for (const auto& e : b.entries) {
         const auto r = acc_.entry(e, n.start, now_);
         n.queued_prompt -= r.prompt_tokens;
+        // The simulated engine samples the conversation's next token (any value for a counted request).
+        decoded_.push_back(r.emitted && !tokens_[r.index].empty() ? token_at(w_[r.index], e.context_tokens, o_.seed)
+                                                                  : token_id{0});
         if (!r.emitted) continue;
         if (r.last) {
           finished_.push_back(e.id);
+          leaving_.push_back(r.index);
         } else if (roles_[j] == instance_role::prefill) {
           finished_.push_back(e.id);  // this instance is done with it: its KV moves to a decode instance
-          hand_over(acc_.index_of(e.id));
+          leaving_.push_back(r.index);
+          hand_over(r.index);
         }
       }
-      n.s->complete(finished_);
-      for (auto& other : nodes_) other.stalled = false;  // KV was freed: others may fit now
+      n.s->complete(finished_, decoded_);
+      for (const std::size_t i : leaving_) release_tokens(i);  // its ids were needed until complete()
+      for (auto& other : nodes_) other.stalled = false;        // KV was freed: others may fit now
     }
   }
 
@@ -180,6 +197,8 @@ class event_loop {
       r.kv_ready_tokens = r.prompt_tokens;
       r.prefix_id = 0;
       r.prefix_tokens = 0;
+      r.prompt = {};  // counted here: its KV arrives ready, its ids stay behind
+      r.media = {};
       expects(nodes_[ev.node].s->submit(r, now_), errc::capacity, where_, "request ", r.id, " does not fit instance ",
               ev.node, "'s KV cache");
       nodes_[ev.node].stalled = false;
@@ -194,8 +213,22 @@ class event_loop {
         if (roles_[j] != instance_role::decode &&
             (best == nodes_.size() || nodes_[j].queued_prompt < nodes_[best].queued_prompt))
           best = j;
-      const bool ok = nodes_[best].s->submit(w_[next_].req, now_);
-      if (ok) nodes_[best].queued_prompt += w_[next_].req.prompt_tokens;
+      request r = w_[next_].req;
+      if (o_.token_ids && shares_prefix(w_[next_])) {
+        prompt_tokens(w_[next_], o_.seed, tokens_[next_]);
+        r.prompt = tokens_[next_];  // alive until the request leaves its scheduler
+      }
+      bool ok = false;
+      try {
+        ok = nodes_[best].s->submit(r, now_);
+      } catch (...) {
+        release_tokens(next_);
+        throw;
+      }
+      if (ok)
+        nodes_[best].queued_prompt += w_[next_].req.prompt_tokens;
+      else
+        release_tokens(next_);
       nodes_[best].stalled = false;
       acc_.submitted(next_, ok);
       ++next_;
@@ -221,7 +254,9 @@ class event_loop {
         const double dt = m_.kv_network_s(mv->context_tokens);
         out_.migration_s += dt;
         ++out_.migrations;
-        kv_.push({now_ + dt, seq_++, acc_.index_of(mv->req.id), hi});
+        const std::size_t i = acc_.index_of(mv->req.id);
+        release_tokens(i);  // it left with its KV; its ids stay behind
+        kv_.push({now_ + dt, seq_++, i, hi});
         nodes_[lo].stalled = false;
       }
     }
@@ -249,6 +284,9 @@ class event_loop {
     }
   }
 
+  // Frees request i's synthetic token ids (it left its scheduler, which no longer reads them).
+  void release_tokens(std::size_t i) noexcept { std::vector<token_id>().swap(tokens_[i]); }
+
   const workload& w_;
   const cost_model& m_;
   const sim_options& o_;
@@ -260,6 +298,10 @@ class event_loop {
   std::vector<instance_role> roles_;
   std::priority_queue<kv_arrival, std::vector<kv_arrival>, std::greater<>> kv_;
   std::vector<request_id> finished_;
+  std::vector<token_id> decoded_;
+  std::vector<std::size_t> leaving_;
+  // Synthetic token ids by workload index, non-empty while the request is in a scheduler with them.
+  std::vector<std::vector<token_id>> tokens_;
   cluster_result out_;
   double now_ = 0.0, next_migration_ = inf;
   std::size_t next_ = 0;
