@@ -21,7 +21,7 @@ namespace {
 
 wc::algorithm parse_algo(const std::string& s) {
   for (auto a : {wc::algorithm::ring, wc::algorithm::tree, wc::algorithm::star, wc::algorithm::halving_doubling,
-                 wc::algorithm::automatic})
+                 wc::algorithm::recursive_doubling, wc::algorithm::automatic})
     if (wc::to_string(a) == s) return a;
   std::fprintf(stderr, "unknown algorithm %s\n", s.c_str());
   std::exit(2);

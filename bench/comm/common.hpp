@@ -21,7 +21,7 @@ struct flags {
   int reps = 3;          // batches; the median batch is reported
   int factor = 4;        // size step
   std::string out = "";  // CSV file (appended)
-  std::string algos = "ring,tree,halving_doubling,star";
+  std::string algos = "ring,tree,halving_doubling,star,recursive_doubling";
 };
 
 inline flags parse(int argc, char** argv) {

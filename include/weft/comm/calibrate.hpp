@@ -30,6 +30,8 @@ cost_model calibrate(Tr& t, std::size_t large_bytes = std::size_t{4} << 20, int 
   const deadline until = detail::start_call(where, opt);
   const msg_tag tag{opt.channel, make_check(collective::calibrate, dtype::u8, algorithm::ring, large_bytes, "", 0)};
   detail::call_context c(t, where, tag, until);
+  c.begin(
+      detail::describe_call(collective::calibrate, dtype::u8, large_bytes, "", p, static_cast<std::uint64_t>(reps)));
   std::vector<std::byte> buf(large_bytes);
   auto round_trip = [&](std::size_t bytes) {
     std::vector<double> times;

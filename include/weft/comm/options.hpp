@@ -16,7 +16,8 @@
 namespace weft::comm {
 
 /// Allreduce algorithms. `automatic` lets the tuner choose from the cost model (tuner.hpp).
-enum class algorithm : std::uint8_t { automatic, ring, tree, star, halving_doubling, hierarchical };
+/// (The values travel in collective descriptors: new ones are appended.)
+enum class algorithm : std::uint8_t { automatic, ring, tree, star, halving_doubling, hierarchical, recursive_doubling };
 
 constexpr std::string_view to_string(algorithm a) noexcept {
   switch (a) {
@@ -32,11 +33,44 @@ constexpr std::string_view to_string(algorithm a) noexcept {
       return "halving_doubling";
     case algorithm::hierarchical:
       return "hierarchical";
+    case algorithm::recursive_doubling:
+      return "recursive_doubling";
   }
   return "?";
 }
 
 struct cost_model;
+
+/// How a rank blocked in a shm or tcp transport waits for its peers. Polling catches a peer that
+/// answers within microseconds without a system call or a wake-up, but a poller takes the core a
+/// peer may need: on a host with more ranks than cores, yielding or sleeping is faster.
+enum class wait_mode : std::uint8_t {
+  automatic,  ///< spin when this host's ranks fit the cores this process may run on, else yield
+  spin,       ///< busy-poll for wait_options::spin after the last progress, then sleep
+  yield,      ///< poll with sched_yield(2) between polls for wait_options::yield, then sleep
+  block,      ///< sleep at once (futex(2) for shm, poll(2) for tcp)
+};
+
+constexpr std::string_view to_string(wait_mode m) noexcept {
+  switch (m) {
+    case wait_mode::automatic:
+      return "automatic";
+    case wait_mode::spin:
+      return "spin";
+    case wait_mode::yield:
+      return "yield";
+    case wait_mode::block:
+      return "block";
+  }
+  return "?";
+}
+
+/// Waiting policy of a shm or tcp transport. A plain value; thread-safe to copy.
+struct wait_options {
+  wait_mode mode = wait_mode::automatic;
+  std::chrono::microseconds spin{250};   ///< spin mode: how long to poll before sleeping
+  std::chrono::microseconds yield{250};  ///< yield mode: how long to poll-and-yield before sleeping
+};
 
 /// Options of one collective call; every rank must pass equal values (the check word catches most
 /// differences). A plain aggregate; thread-safe to copy. `hosts` and `model` are borrowed: they must

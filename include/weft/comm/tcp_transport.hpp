@@ -30,6 +30,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 namespace weft::comm {
@@ -54,6 +55,10 @@ struct tcp_options {
   int send_buffer = 0;    ///< SO_SNDBUF in bytes; 0 leaves the kernel's autotuning
   int recv_buffer = 0;    ///< SO_RCVBUF in bytes; 0 leaves the kernel's autotuning
   std::chrono::milliseconds connect_timeout{30'000};
+  /// How a blocked rank waits (spin: poll the sockets without sleeping; yield: sched_yield(2)
+  /// between polls; then poll(2) with a timeout). automatic spins when `size` ranks fit the cores
+  /// this process may run on (as if every rank ran on this host) and yields otherwise.
+  wait_options waiting{};
 };
 
 namespace detail {
@@ -177,13 +182,25 @@ struct peer_address {
 /// The link of stream_engine over the mesh's sockets. Not for direct use.
 class tcp_link {
  public:
+  /// One recv(2) takes a frame's header and a small payload (and often the next frames) together.
+  static constexpr std::size_t stage_bytes = std::size_t{64} << 10;
+
   tcp_link(int rank, int size, int conns) : rank_(rank), size_(size), conns_(conns) {
     fds_.assign(static_cast<std::size_t>(size * conns), -1);
   }
   int& fd(int peer, int conn) { return fds_[static_cast<std::size_t>(peer * conns_ + conn)]; }
 
-  std::size_t write_some(int peer, int conn, const std::byte* src, std::size_t n) {
-    const ssize_t w = ::send(fd(peer, conn), src, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  /// Header and payload in one sendmsg(2).
+  std::size_t write_some(int peer, int conn, const io_part* parts, int count) {
+    iovec iov[4];
+    int n = 0;
+    for (int i = 0; i < count && n < 4; ++i)
+      if (parts[i].len > 0) iov[n++] = {const_cast<std::byte*>(parts[i].data), parts[i].len};
+    if (n == 0) return 0;
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(n);
+    const ssize_t w = ::sendmsg(fd(peer, conn), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w >= 0) return static_cast<std::size_t>(w);
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
     weft::detail::raise(errc::peer_failure, "weft::comm::tcp_transport", "send to peer ", peer, " (connection ", conn,
@@ -305,8 +322,10 @@ class tcp_transport : public detail::engine_front<detail::tcp_link> {
               ": unexpected mesh connection from rank ", q, " index ", k);
       adopt(std::move(s), q, k, opt);
     }
+    detail::engine_config cfg;
+    cfg.waiting = opt.waiting;
     engine_ = std::make_unique<detail::stream_engine<detail::tcp_link>>(*link_, rank, size, K, opt.stripe_min,
-                                                                        "weft::comm::tcp_transport");
+                                                                        "weft::comm::tcp_transport", cfg);
   }
   tcp_transport(const tcp_transport&) = delete;
   tcp_transport& operator=(const tcp_transport&) = delete;

@@ -54,6 +54,11 @@ inline double predict_allreduce(algorithm a, std::size_t bytes, int p, std::size
       const double extra = pp == P ? 0.0 : 2 * (m.alpha + n * m.beta) + n * m.gamma;
       return 2 * std::log2(pp) * m.alpha + 2 * (pp - 1) / pp * n * m.beta + (pp - 1) / pp * n * m.gamma + extra;
     }
+    case algorithm::recursive_doubling: {
+      const double pp = std::exp2(std::floor(std::log2(P)));
+      const double extra = pp == P ? 0.0 : 2 * (m.alpha + n * m.beta) + n * m.gamma;
+      return std::log2(pp) * (m.alpha + n * m.beta + n * m.gamma) + extra;
+    }
     default:
       break;
   }
@@ -65,7 +70,8 @@ inline double predict_allreduce(algorithm a, std::size_t bytes, int p, std::size
 /// ties go to the earlier in that list, so every rank with the same model picks the same one.
 /// O(1). Thread-safe.
 inline algorithm choose_allreduce(std::size_t bytes, int p, std::size_t segment_bytes, const cost_model& m = {}) {
-  constexpr std::array candidates{algorithm::ring, algorithm::tree, algorithm::star, algorithm::halving_doubling};
+  constexpr std::array candidates{algorithm::ring, algorithm::tree, algorithm::star, algorithm::halving_doubling,
+                                  algorithm::recursive_doubling};
   algorithm best = algorithm::ring;
   double best_time = predict_allreduce(best, bytes, p, segment_bytes, m);
   for (algorithm a : candidates) {

@@ -1,8 +1,11 @@
 // Internal: the state one collective call carries through its phases (transport, tag, deadline,
-// name, phase), so every failure names rank, peer, operation and phase, and aborts the group.
+// name, phase), so every failure is a comm_error naming rank, peer, collective and phase as fields,
+// and aborts the group.
 #pragma once
 
+#include <weft/comm/comm_error.hpp>
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/descriptor.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/dtype.hpp>
 #include <weft/core/error.hpp>
@@ -16,6 +19,33 @@
 namespace weft::comm::detail {
 
 using weft::detail::concat;
+
+/// The comm_error for a failure inside collective `name` at (phase, step) on `peer`: a comm_error
+/// from the transport keeps its facts (blamed rank, origin, mismatch values, waits) and gains the
+/// collective and phase; any other weft::error becomes one, blaming the peer where the code says
+/// the peer failed, stalled or disagreed.
+inline comm_error make_comm_error(const error& e, const char* name, int rank, int size, const char* phase, int step,
+                                  int peer, msg_tag tag) {
+  failure_info info;
+  const auto code = static_cast<errc>(e.code().value());
+  if (const auto* ce = dynamic_cast<const comm_error*>(&e)) {
+    info = ce->info();
+  } else {
+    info.peer = peer;
+    info.detail = e.what();
+    if (code == errc::peer_failure || code == errc::timeout || code == errc::mismatch) info.blamed = peer;
+    info.origin = code == errc::aborted ? -1 : rank;
+  }
+  info.rank = rank;
+  info.size = size;
+  if (info.peer < 0) info.peer = peer;
+  info.collective = name;
+  info.channel = tag.channel;
+  info.check = tag.check;
+  info.phase = phase;
+  info.step = step;
+  return comm_error(code, name, std::move(info));
+}
 
 template <transport Tr>
 class call_context {
@@ -32,11 +62,25 @@ class call_context {
   int size() const noexcept { return size_; }
   Tr& transport() noexcept { return t_; }
   const char* name() const noexcept { return name_; }
+  msg_tag tag() const noexcept { return tag_; }
+  deadline until() const noexcept { return until_; }
 
   /// Names the phase for error messages; cheap (a pointer and an int).
   void phase(const char* what, int step = -1) noexcept {
     phase_ = what;
     step_ = step;
+  }
+
+  /// Declares the collective to the transport before its first message (descriptor_checking_
+  /// transport), so ranks that disagree about it fail at once. Once per collective call, by the
+  /// entry point (not by the phases of a composite algorithm).
+  void begin(const collective_descriptor& d) {
+    if constexpr (descriptor_checking_transport<Tr>) {
+      phase_ = "begin";
+      guarded([&] { t_.begin_collective(tag_.channel, d, std::span<const int>()); }, -1);
+    } else {
+      (void)d;
+    }
   }
 
   template <class T>
@@ -54,23 +98,30 @@ class call_context {
 
   /// Raises (and aborts the group with) an error found by the algorithm itself.
   [[noreturn]] void fail(errc code, const std::string& what) {
-    const std::string msg = concat("rank ", rank_, " of ", size_, ", phase '", phase_, "'", step_suffix(), ": ", what);
-    abort_group(msg);
-    throw error(code, name_, msg);
+    failure_info info;
+    info.rank = rank_;
+    info.size = size_;
+    info.origin = rank_;
+    info.collective = name_;
+    info.channel = tag_.channel;
+    info.check = tag_.check;
+    info.phase = phase_;
+    info.step = step_;
+    info.detail = what;
+    comm_error err(code, name_, std::move(info));
+    abort_group(err.what());
+    throw err;
   }
 
  private:
-  std::string step_suffix() const { return step_ >= 0 ? concat(" step ", step_) : std::string(); }
-
   template <class Fn>
   void guarded(Fn&& fn, int peer) {
     try {
       fn();
     } catch (const error& e) {
-      const std::string msg = concat("rank ", rank_, " of ", size_, ", phase '", phase_, "'", step_suffix(), ", peer ",
-                                     peer, ": ", e.what());
-      abort_group(msg);
-      throw error(static_cast<errc>(e.code().value()), name_, msg);
+      comm_error err = make_comm_error(e, name_, rank_, size_, phase_, step_, peer, tag_);
+      abort_group(err.what());
+      throw err;
     }
   }
   void abort_group(const std::string& msg) {
@@ -121,6 +172,42 @@ void finalize_range(std::span<T> data, const Op& op, std::size_t contributions) 
 template <class T, class Op>
 void reduce(std::span<T> acc, std::span<const T> in, const Op& op) {
   weft::reduce_into(acc.data(), in.data(), acc.size(), op);
+}
+
+/// acc[i] = op(in[i], acc[i]): the mirror of reduce, so two partners that each hold one operand
+/// compute op(lower, higher) alike and end with the same bits (recursive doubling).
+template <class T, class Op>
+void reduce_from_left(std::span<T> acc, std::span<const T> in, const Op& op) {
+  using A = accumulator_t<T>;
+  for (std::size_t i = 0; i < acc.size(); ++i)
+    acc[i] = static_cast<T>(op(static_cast<A>(in[i]), static_cast<A>(acc[i])));
+}
+
+template <class T>
+std::span<const T> as_const(std::span<T> s) noexcept {
+  return {s.data(), s.size()};
+}
+
+/// Elements per pipelining segment (at least one).
+inline std::size_t segment_elems(std::size_t segment_bytes, std::size_t elem) {
+  return std::max<std::size_t>(1, segment_bytes / elem);
+}
+
+/// The descriptor of a collective call (descriptor.hpp) from its parts.
+inline collective_descriptor describe_call(collective kind, dtype type, std::uint64_t count, std::string_view op,
+                                           int group_size, std::uint64_t segment_bytes = 0, int root = -1,
+                                           algorithm algo = algorithm::ring, bool automatic = false) {
+  collective_descriptor d;
+  d.kind = kind;
+  d.type = type;
+  d.count = count;
+  d.set_op(op);
+  d.group_size = static_cast<std::uint32_t>(group_size);
+  d.segment_bytes = segment_bytes;
+  d.root = root;
+  d.algo = algo;
+  d.automatic = automatic;
+  return d;
 }
 
 }  // namespace weft::comm::detail

@@ -1,56 +1,134 @@
-// Internal: message matching and progress over byte streams (shm rings, TCP connections). Each
+// Internal: message matching and progress over byte streams (shm rings, TCP connections), and the
+// data-frame layer of weft::comm's wire protocol (wire.hpp; docs/comm.md "Wire format"). Each
 // message travels as framed pieces (one per connection when striped); a receiver's posted buffer
-// is filled in place, frames nobody waits for yet are kept aside, and any thread blocked in the
-// engine drains every incoming stream, so two ranks sending to each other can never deadlock.
+// is filled in place, frames nobody waits for yet are kept aside (bounded), and any thread blocked
+// in the engine drains every incoming stream, so two ranks sending to each other never deadlock.
+// Every length from the wire is checked before it decides an allocation or a pointer; every
+// failure aborts the group, and the abort frames carry what each rank was waiting on, so the rank
+// that stalled is the one blamed (a wait-for graph, as in distributed deadlock detection,
+// Chandy, Misra & Haas, ACM TOCS 1983).
 #pragma once
 
+#include <weft/comm/comm_error.hpp>
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/descriptor.hpp>
 #include <weft/comm/detail/context.hpp>
+#include <weft/comm/detail/wire.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
 #include <vector>
+
+#include <sched.h>
 
 namespace weft::comm::detail {
 
-/// The wire header of one piece: channel, check word, whole message bytes, this piece's bytes,
-/// and, for a single-copy piece, the sender's address of the payload (0: the payload follows).
-struct frame_header {
-  std::uint32_t channel;
-  std::uint32_t check;
-  std::uint64_t total;
-  std::uint64_t piece;
-  std::uint64_t remote = 0;
+/// One part of a gathered write (header, then payload).
+struct io_part {
+  const std::byte* data;
+  std::size_t len;
 };
-inline constexpr std::size_t header_bytes = 32;
-inline constexpr std::uint32_t abort_channel = 0xffffffffu;
 
-/// Wants from a link (shm_link, tcp_link): non-blocking write_some/read_some per (peer, conn)
-/// returning the bytes moved (0 = would block; throws weft::error when the stream failed), a
-/// ticket() taken before trying, wait(ticket, until, write_peer) that returns when progress
-/// may be possible (or at `until`), poke() that wakes this rank's own waiters, check_alive(peer)
-/// (throws when the peer's process is gone), on_abort(why), and
-/// the single-copy hooks: remote_min() (pieces at least this big are read by the receiver from the
-/// sender's memory), remote_read(peer, addr, dst, n), remote_ack(peer), remote_post(peer) and
-/// remote_acked(peer) (counts of such pieces posted to / read by peer).
+/// How an engine is tuned; a plain value.
+struct engine_config {
+  wire_limits limits{};
+  wait_options waiting{};
+  int local_ranks = 0;  ///< ranks on this host; 0 means all of them (the size)
+  /// How long a failing rank keeps listening for the other ranks' "waiting on" reports before it
+  /// names the rank to blame (only when the failure itself does not name one, e.g. a timeout).
+  std::chrono::milliseconds blame_window{300};
+};
+
+/// Cores this process may run on (its affinity mask). O(1).
+inline int available_cores() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+/// automatic → spin when the host's ranks fit its cores, yield otherwise.
+inline wait_mode resolve_wait_mode(wait_mode m, int local_ranks) noexcept {
+  if (m != wait_mode::automatic) return m;
+  return local_ranks <= available_cores() ? wait_mode::spin : wait_mode::yield;
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// A fixed-capacity-first array: N elements inline, more on the heap. Elements are
+/// value-initialised. Used so a small message allocates nothing.
+template <class T, std::size_t N>
+class small_array {
+ public:
+  explicit small_array(std::size_t n) : n_(n) {
+    if (n > N) heap_.resize(n);
+  }
+  T* data() noexcept { return n_ > N ? heap_.data() : inline_.data(); }
+  std::size_t size() const noexcept { return n_; }
+  T& operator[](std::size_t i) noexcept { return data()[i]; }
+  T* begin() noexcept { return data(); }
+  T* end() noexcept { return data() + n_; }
+
+ private:
+  std::size_t n_;
+  std::array<T, N> inline_{};
+  std::vector<T> heap_;
+};
+
+/// Wants from a link (shm_link, tcp_link; tests use fake links):
+///  - write_some(peer, conn, const io_part* parts, int count): writes a prefix of the parts'
+///    bytes without blocking and returns how many (0 = would block); throws weft::error when the
+///    stream failed;
+///  - read_some(peer, conn, dst, n): reads up to n bytes without blocking (0 = none yet); throws
+///    weft::error when the stream failed or ended;
+///  - stage_bytes: 0 to read straight into the destination, else the size of a per-stream staging
+///    buffer (tcp: one recv(2) takes a header and a small payload together);
+///  - ticket(), wait(ticket, until, write_peer): returns when progress may be possible (or at
+///    until); poke() wakes this rank's own waiters; check_alive(peer) throws when the peer's
+///    process is gone;
+///  - the single-copy hooks: remote_min() (pieces at least this big are read by the receiver from
+///    the sender's memory; SIZE_MAX: never), remote_read(peer, addr, dst, n), remote_ack(peer),
+///    remote_post(peer) and remote_acked(peer) (counts of such pieces posted to / read by peer);
+///  - on_abort(why): the group failed; shut the streams.
 template <class Link>
 class stream_engine {
  public:
-  stream_engine(Link& link, int rank, int size, int conns, std::size_t stripe_min, const char* name)
-      : link_(link), rank_(rank), size_(size), conns_(conns), stripe_min_(stripe_min), name_(name) {
+  stream_engine(Link& link, int rank, int size, int conns, std::size_t stripe_min, const char* name,
+                engine_config cfg = {})
+      : link_(link),
+        rank_(rank),
+        size_(size),
+        conns_(conns),
+        stripe_min_(stripe_min),
+        name_(name),
+        cfg_(cfg),
+        mode_(resolve_wait_mode(cfg.waiting.mode, cfg.local_ranks > 0 ? cfg.local_ranks : size)),
+        book_(static_cast<std::size_t>(size)),
+        pending_(static_cast<std::size_t>(size)),
+        status_(static_cast<std::size_t>(size)) {
     for (int i = 0; i < size * conns; ++i) {
       rx_.push_back(std::make_unique<rx_state>());
       tx_.push_back(std::make_unique<tx_state>());
@@ -59,101 +137,222 @@ class stream_engine {
 
   void send(int peer, msg_tag tag, std::span<const std::byte> bytes, deadline until) {
     check_peer(peer, "send");
-    exchange(peer, bytes, true, -1, {}, tag, until, "send");
+    guarded_exchange(peer, bytes, true, -1, {}, tag, until, "send");
   }
   void recv(int peer, msg_tag tag, std::span<std::byte> bytes, deadline until) {
     check_peer(peer, "recv");
-    exchange(-1, {}, false, peer, bytes, tag, until, "recv");
+    guarded_exchange(-1, {}, false, peer, bytes, tag, until, "recv");
   }
   void sendrecv(int dst, std::span<const std::byte> out, int src, std::span<std::byte> in, msg_tag tag,
                 deadline until) {
     check_peer(dst, "sendrecv");
     check_peer(src, "sendrecv");
-    exchange(dst, out, true, src, in, tag, until, "sendrecv");
+    guarded_exchange(dst, out, true, src, in, tag, until, "sendrecv");
   }
 
-  /// Marks the group failed, tells every peer why (best effort, bounded), then lets the link shut
-  /// down. Idempotent. Thread-safe.
-  void abort(std::string_view why) {
+  /// Starts collective number k+1 on (peer, channel) for every member peer: the descriptor goes
+  /// with the first frame to each, and a descriptor that a member already sent for this call is
+  /// compared now. Throws comm_error(mismatch) on a difference (and aborts the group).
+  void begin_collective(std::uint32_t channel, const collective_descriptor& d, std::span<const int> members) {
+    if (failed_.load(std::memory_order_acquire)) raise_group("begin", -1, -1, msg_tag{channel, 0}, -1);
+    std::optional<fault> bad;
     {
-      std::lock_guard lock(abort_mutex_);
-      if (aborted_.load()) return;
-      abort_reason_ = concat("rank ", rank_, " aborted the group: ", why);
-      aborted_.store(true);
-    }
-    const std::string text = abort_reason_.substr(0, 1000);
-    const deadline until = clock_type::now() + std::chrono::milliseconds(200);
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank_) continue;
-      auto& tx = *tx_[index(q, 0)];
-      std::unique_lock lock(tx.m, std::defer_lock);
-      while (!lock.try_lock() && clock_type::now() < until) pump_all();
-      if (!lock.owns_lock() || tx.partial) continue;  // mid-message from another thread: rely on shutdown
-      std::array<std::byte, header_bytes> h{};
-      const frame_header fh{abort_channel, 0, text.size(), text.size(), 0};
-      std::memcpy(h.data(), &fh, header_bytes);
-      std::vector<std::byte> frame(h.begin(), h.end());
-      for (char ch : text) frame.push_back(static_cast<std::byte>(ch));
-      std::size_t off = 0;
-      try {
-        while (off < frame.size() && clock_type::now() < until) {
-          const auto ticket = link_.ticket();
-          const std::size_t n = link_.write_some(q, 0, frame.data() + off, frame.size() - off);
-          off += n;
-          if (n == 0) link_.wait(ticket, std::min(until, clock_type::now() + std::chrono::milliseconds(5)), q);
+      std::lock_guard lock(desc_mutex_);
+      auto each = [&](int q) {
+        if (q == rank_) return;
+        expects(q >= 0 && q < size_, errc::invalid_argument, name_, "rank ", rank_, " begin_collective: member ", q,
+                " is not a rank in [0, ", size_, ")");
+        auto& pc = book_[static_cast<std::size_t>(q)][channel];
+        ++pc.seq;
+        pc.desc = d;
+        pc.sent = false;
+        auto& pend = pending_[static_cast<std::size_t>(q)];
+        for (auto it = pend.begin(); it != pend.end();) {
+          if (it->channel != channel || it->seq > pc.seq) {
+            ++it;
+            continue;
+          }
+          if (it->seq == pc.seq && !bad) {
+            if (auto diff = first_difference(d, it->desc)) bad = mismatch_fault(q, channel, pc.seq, *diff);
+          }
+          it = pend.erase(it);
         }
-      } catch (const error&) {  // that peer is gone already
-      }
+      };
+      if (members.empty())
+        for (int q = 0; q < size_; ++q) each(q);
+      else
+        for (int q : members) each(q);
     }
-    link_.on_abort(abort_reason_);
+    if (bad) {
+      record_failure(*bad);
+      raise_group("begin", -1, bad->blamed, msg_tag{channel, 0}, -1);
+    }
   }
 
-  bool aborted() const noexcept { return aborted_.load(); }
+  /// Marks the group failed (if it was not), tells every peer why and what this rank waited on
+  /// (best effort, bounded), then lets the link shut down. Idempotent. Thread-safe.
+  void abort(std::string_view why) {
+    fault f;
+    f.code = errc::aborted;
+    f.detail = concat("rank ", rank_, " aborted the group: ", why.substr(0, abort_max_string_bytes / 2));
+    record_failure(f);
+    send_status(-1);
+    shut_down();
+  }
+
+  bool aborted() const noexcept { return failed_.load(std::memory_order_acquire); }
+  wait_mode waiting() const noexcept { return mode_; }
 
  private:
+  // ---- failures --------------------------------------------------------------------------------
+  // A failure as the engine knows it before it becomes a comm_error.
+  struct fault {
+    errc code = errc::io;
+    int blamed = -1;
+    int origin = -1;  // -1: this rank
+    std::uint32_t channel = 0, sequence = 0;
+    std::string detail, field, here, there;
+  };
+  struct rank_status {
+    bool reported = false;
+    int waiting_on = -1, blamed = -1;
+    errc code = errc::aborted;
+  };
+
+  fault mismatch_fault(int peer, std::uint32_t channel, std::uint32_t seq, const descriptor_difference& d) const {
+    fault f;
+    f.code = errc::mismatch;
+    f.blamed = peer;
+    f.channel = channel;
+    f.sequence = seq;
+    f.field = d.field;
+    f.here = d.here;
+    f.there = d.there;
+    f.detail = "the ranks disagree about the collective: " + explain(d, peer);
+    return f;
+  }
+
+  // Records f as the group's failure unless one is recorded already (the first one wins: it is
+  // the cause, later ones are consequences). Returns true when f became the group's failure.
+  bool record_failure(const fault& f) {
+    std::lock_guard lock(fail_mutex_);
+    if (failed_.load(std::memory_order_relaxed)) return false;
+    group_ = f;
+    if (group_.origin < 0) group_.origin = rank_;
+    failed_.store(true, std::memory_order_release);
+    return true;
+  }
+
+  // ---- per-(peer, channel) collective bookkeeping ------------------------------------------------
+  struct peer_channel {
+    std::uint32_t seq = 0;
+    bool sent = false;  // the descriptor of seq went out already
+    collective_descriptor desc{};
+  };
+  struct pending_descriptor {
+    std::uint32_t channel, seq;
+    collective_descriptor desc;
+  };
+
+  // A descriptor arrived from `peer`; rx lock held. Returns a protocol fault when the peer has sent
+  // more descriptors ahead of this rank than the limit allows.
+  std::optional<fault> on_descriptor(int peer, std::uint32_t channel, std::uint32_t seq,
+                                     const collective_descriptor& d) {
+    std::optional<fault> bad;
+    {
+      std::lock_guard lock(desc_mutex_);
+      auto& chans = book_[static_cast<std::size_t>(peer)];
+      const auto it = chans.find(channel);
+      if (it != chans.end() && it->second.seq == seq) {
+        if (auto diff = first_difference(it->second.desc, d)) bad = mismatch_fault(peer, channel, seq, *diff);
+      } else if (it == chans.end() || seq > it->second.seq) {
+        auto& pend = pending_[static_cast<std::size_t>(peer)];
+        if (pend.size() >= cfg_.limits.max_pending_descriptors) {
+          fault f;
+          f.code = errc::capacity;
+          f.blamed = peer;
+          f.channel = channel;
+          f.detail = concat("peer ", peer, " began more than max_pending_descriptors (",
+                            cfg_.limits.max_pending_descriptors, ") collectives this rank has not begun");
+          return f;
+        }
+        pend.push_back({channel, seq, d});
+      }  // else a late descriptor of a collective this rank finished: the frame itself still matches
+    }
+    if (bad) record_failure(*bad);
+    return std::nullopt;
+  }
+
+  // The sequence number (and the descriptor, once per collective) of the next message to dst.
+  std::uint32_t outgoing(int dst, std::uint32_t channel, std::optional<collective_descriptor>& desc) {
+    std::lock_guard lock(desc_mutex_);
+    auto& chans = book_[static_cast<std::size_t>(dst)];
+    const auto it = chans.find(channel);
+    if (it == chans.end()) return 0;
+    if (!it->second.sent) {
+      it->second.sent = true;
+      desc = it->second.desc;
+    }
+    return it->second.seq;
+  }
+  std::uint32_t expected_seq(int src, std::uint32_t channel) {
+    std::lock_guard lock(desc_mutex_);
+    auto& chans = book_[static_cast<std::size_t>(src)];
+    const auto it = chans.find(channel);
+    return it == chans.end() ? 0 : it->second.seq;
+  }
+
+  // ---- streams --------------------------------------------------------------------------------
   struct request {
-    std::uint32_t channel = 0, check = 0;
+    std::uint32_t channel = 0, check = 0, seq = 0;
     std::uint64_t total = 0;
     std::byte* dst = nullptr;
     std::size_t len = 0;
     int peer = 0, conn = 0;
     bool done = false, failed = false, deferred = false, posted = false;
-    errc code = errc::io;
-    std::string error;
+    fault why;
   };
   struct frame {
-    std::uint32_t check;
-    std::uint64_t total;
+    std::uint32_t check = 0, seq = 0;
+    std::uint64_t total = 0;
     std::vector<std::byte> bytes;
     bool complete = false;
   };
+  enum class rx_phase : std::uint8_t { header, payload };
   struct rx_state {
     std::mutex m;
-    std::array<std::byte, header_bytes> hdr{};
-    std::size_t hdr_got = 0;
-    bool in_payload = false, abort_frame = false;
-    std::byte* target = nullptr;
+    rx_phase phase = rx_phase::header;
+    std::array<std::byte, frame_header_bytes + descriptor_wire_bytes + frame_remote_bytes> hdr{};
+    std::size_t got = 0, need = frame_header_bytes;
+    bool parsed = false;  // the fixed header of hdr is decoded (need covers its extensions)
+    frame_kind kind = frame_kind::data;
+    std::uint8_t flags = 0;
+    std::uint32_t channel = 0, seq = 0, check = 0;
+    std::uint64_t total = 0, piece = 0;
+    std::byte* target = nullptr;  // nullptr while in payload: discard
     std::size_t remaining = 0;
     request* cur = nullptr;
     frame* cur_frame = nullptr;
-    std::vector<std::byte> discard, abort_text;
+    std::vector<std::byte> abort_body, scratch, stage;
+    std::size_t stage_pos = 0, stage_end = 0;
     std::deque<request*> posted;
-    std::map<std::uint32_t, std::deque<frame>> unexpected;
+    std::unordered_map<std::uint32_t, std::deque<frame>> unexpected;
+    std::uint64_t unexpected_bytes = 0, unexpected_frames = 0;
     bool closed = false;
-    errc close_code = errc::peer_failure;
-    std::string close_reason;
+    fault close_why;
   };
   struct tx_state {
     std::mutex m;
-    bool partial = false;  // a message is half written (abort must not interleave a frame)
+    bool partial = false;  // a message is half written (nothing else may go on this stream)
   };
   struct piece_out {
-    int conn;
-    std::array<std::byte, header_bytes> hdr;
-    const std::byte* data;
-    std::size_t len, off = 0;  // off counts header + payload bytes written
-    bool remote = false;       // single copy: the receiver reads len bytes from data itself
-    std::uint64_t seq = 0;     // the link's count of remote pieces to dst once this one is posted
+    int conn = 0;
+    std::array<std::byte, frame_header_bytes + descriptor_wire_bytes + frame_remote_bytes> hdr{};
+    std::size_t hdr_len = 0;
+    const std::byte* data = nullptr;
+    std::size_t len = 0, off = 0;  // off counts header + payload bytes written
+    bool remote = false;           // single copy: the receiver reads len bytes from data itself
+    std::uint64_t seq = 0;         // the link's count of remote pieces to dst once this one is posted
   };
 
   std::size_t index(int peer, int conn) const {
@@ -166,86 +365,253 @@ class stream_engine {
             ": peer ", peer, " must be another rank in [0, ", size_, ")");
   }
 
-  static void fail(request& r, errc code, std::string msg) {
+  static void fail(request& r, const fault& f) {
     if (r.done) return;
     r.failed = true;
     r.done = true;
-    r.code = code;
-    r.error = std::move(msg);
+    r.why = f;
   }
 
-  void close_rx(rx_state& rx, errc code, const std::string& reason) {
+  void close_rx(rx_state& rx, const fault& f) {
     rx.closed = true;
-    rx.close_code = code;
-    rx.close_reason = reason;
-    for (request* r : rx.posted) fail(*r, code, reason);
+    rx.close_why = f;
+    for (request* r : rx.posted) {
+      r->posted = false;
+      fail(*r, f);
+    }
     rx.posted.clear();
-    if (rx.cur) fail(*rx.cur, code, reason);
+    if (rx.cur) fail(*rx.cur, f);
     rx.cur = nullptr;
-    if (code == errc::aborted) {  // the whole group is failing: stop everything here too
-      std::lock_guard lock(abort_mutex_);
-      if (!aborted_.load()) {
-        abort_reason_ = reason;
-        aborted_.store(true);
+  }
+
+  static void encode_header(std::byte* p, frame_kind kind, std::uint8_t flags, std::uint32_t channel, std::uint32_t seq,
+                            std::uint32_t check, std::uint64_t total, std::uint64_t piece) noexcept {
+    put_le<std::uint16_t>(p, frame_marker);
+    p[2] = static_cast<std::byte>(kind);
+    p[3] = static_cast<std::byte>(flags);
+    put_le<std::uint32_t>(p + 4, channel);
+    put_le<std::uint32_t>(p + 8, seq);
+    put_le<std::uint32_t>(p + 12, check);
+    put_le<std::uint64_t>(p + 16, total);
+    put_le<std::uint64_t>(p + 24, piece);
+  }
+
+  static fault protocol_fault(int peer, errc code, std::string what) {
+    fault f;
+    f.code = code;
+    f.blamed = peer;
+    f.detail = concat("protocol violation by peer ", peer, ": ", what);
+    return f;
+  }
+
+  // Reads into dst through the stream's staging buffer (when the link wants one). rx.m held.
+  std::size_t rx_fill(rx_state& rx, int peer, int conn, std::byte* dst, std::size_t n) {
+    if (n == 0) return 0;
+    if constexpr (Link::stage_bytes == 0) {
+      return link_.read_some(peer, conn, dst, n);
+    } else {
+      if (rx.stage_pos == rx.stage_end) {
+        if (n >= Link::stage_bytes / 2) return link_.read_some(peer, conn, dst, n);  // big: no extra copy
+        if (rx.stage.empty()) rx.stage.resize(Link::stage_bytes);
+        rx.stage_pos = 0;
+        rx.stage_end = link_.read_some(peer, conn, rx.stage.data(), rx.stage.size());
+        if (rx.stage_end == 0) return 0;
       }
+      const std::size_t k = std::min(n, rx.stage_end - rx.stage_pos);
+      std::memcpy(dst, rx.stage.data() + rx.stage_pos, k);
+      rx.stage_pos += k;
+      return k;
     }
   }
 
-  // Validates a frame against a request; returns an empty string when they agree.
-  static std::string disagreement(const request& r, std::uint32_t check, std::uint64_t total, std::uint64_t piece) {
-    if (check != r.check) return "the ranks disagree about the operation: " + explain_check_difference(r.check, check);
-    if (total != r.total || piece != r.len)
-      return concat("the peer sent a message of ", total, " bytes but this rank expects ", r.total);
-    return {};
+  // Decodes and bounds the fixed header in rx.hdr; sets rx.need to header + extensions.
+  std::optional<fault> parse_header(rx_state& rx, int peer) {
+    const std::byte* p = rx.hdr.data();
+    const auto marker = get_le<std::uint16_t>(p);
+    if (marker != frame_marker)
+      return protocol_fault(peer, errc::parse,
+                            concat("frame marker 0x", std::hex, marker, " is not 0x", frame_marker,
+                                   " (the stream is out of step, or the peer speaks another protocol)"));
+    rx.kind = static_cast<frame_kind>(p[2]);
+    rx.flags = static_cast<std::uint8_t>(p[3]);
+    rx.channel = get_le<std::uint32_t>(p + 4);
+    rx.seq = get_le<std::uint32_t>(p + 8);
+    rx.check = get_le<std::uint32_t>(p + 12);
+    rx.total = get_le<std::uint64_t>(p + 16);
+    rx.piece = get_le<std::uint64_t>(p + 24);
+    if (rx.kind != frame_kind::data && rx.kind != frame_kind::abort)
+      return protocol_fault(peer, errc::parse, concat("unknown frame kind ", static_cast<unsigned>(p[2])));
+    if ((rx.flags & ~frame_flags_known) != 0)
+      return protocol_fault(peer, errc::parse, concat("unknown frame flags 0x", std::hex, unsigned{rx.flags}));
+    if (rx.piece > rx.total)
+      return protocol_fault(peer, errc::parse, concat("piece of ", rx.piece, " bytes in a message of ", rx.total));
+    if (rx.kind == frame_kind::abort) {
+      if (rx.flags != 0 || rx.piece != rx.total || rx.total < abort_fixed_bytes ||
+          rx.total > cfg_.limits.max_abort_bytes)
+        return protocol_fault(
+            peer, errc::parse,
+            concat("abort frame of ", rx.total, " bytes (piece ", rx.piece, ", flags ", unsigned{rx.flags},
+                   "); it must be one piece of ", abort_fixed_bytes, " to ", cfg_.limits.max_abort_bytes, " bytes"));
+    } else {
+      if (rx.total > cfg_.limits.max_message_bytes)
+        return protocol_fault(
+            peer, errc::capacity,
+            concat("message of ", rx.total, " bytes exceeds max_message_bytes ", cfg_.limits.max_message_bytes));
+      if ((rx.flags & frame_flag_remote) && link_.remote_min() == SIZE_MAX)
+        return protocol_fault(peer, errc::parse, "a single-copy piece on a link that has none");
+    }
+    rx.need = frame_header_bytes + ((rx.flags & frame_flag_descriptor) ? descriptor_wire_bytes : 0) +
+              ((rx.flags & frame_flag_remote) ? frame_remote_bytes : 0);
+    rx.parsed = true;
+    return std::nullopt;
   }
 
-  // A single-copy piece: read the payload straight out of the sender's memory into wherever
-  // begin_payload chose, then tell the sender its buffer is free.
-  void take_remote(rx_state& rx, int peer, std::uint64_t addr) {
-    if (rx.remaining > 0) link_.remote_read(peer, addr, rx.target, rx.remaining);
-    rx.target += rx.remaining;
-    rx.remaining = 0;
-    link_.remote_ack(peer);
+  // What the sender says about a frame, to compare with what a receive expects.
+  struct frame_facts {
+    std::uint32_t seq, check;
+    std::uint64_t total, piece;
+  };
+
+  std::optional<fault> check_request(const request& r, const frame_facts& f, int peer) const {
+    fault out;
+    out.code = errc::mismatch;
+    out.blamed = peer;
+    out.channel = r.channel;
+    out.sequence = r.seq;
+    if (r.seq != 0 && f.seq != 0 && r.seq != f.seq) {
+      out.field = "collective sequence";
+      out.here = std::to_string(r.seq);
+      out.there = std::to_string(f.seq);
+      out.detail = concat("the ranks call collectives on channel ", r.channel, " in different orders: collective #",
+                          r.seq, " here, #", f.seq, " at rank ", peer);
+      return out;
+    }
+    if (f.check != r.check) {
+      out.field = "operation";
+      out.detail = "the ranks disagree about the operation: " + explain_check_difference(r.check, f.check) + " (rank " +
+                   std::to_string(peer) + ")";
+      return out;
+    }
+    if (f.total != r.total || f.piece != r.len) {
+      out.field = "message bytes";
+      out.here = std::to_string(r.total);
+      out.there = std::to_string(f.total);
+      out.detail = concat("message bytes ", r.total, " here, ", f.total, " at rank ", peer);
+      return out;
+    }
+    return std::nullopt;
   }
 
-  void begin_payload(rx_state& rx, const frame_header& h) {
-    rx.in_payload = true;
-    rx.remaining = static_cast<std::size_t>(h.piece);
-    if (h.channel == abort_channel) {
-      rx.abort_frame = true;
-      rx.abort_text.assign(rx.remaining, std::byte{0});
-      rx.target = rx.abort_text.data();
-      return;
+  // Header and extensions are in; decide where the payload goes. rx.m held.
+  std::optional<fault> begin_payload(rx_state& rx, int peer, int conn) {
+    rx.phase = rx_phase::payload;
+    rx.remaining = static_cast<std::size_t>(rx.piece);  // piece <= total <= limits: fits
+    rx.target = nullptr;
+    rx.cur = nullptr;
+    rx.cur_frame = nullptr;
+    if (rx.kind == frame_kind::abort) {
+      rx.abort_body.resize(rx.remaining);  // bounded by max_abort_bytes
+      rx.target = rx.abort_body.data();
+      return std::nullopt;
+    }
+    if (rx.flags & frame_flag_descriptor) {
+      const auto d = decode(
+          std::span<const std::byte, descriptor_wire_bytes>(rx.hdr.data() + frame_header_bytes, descriptor_wire_bytes));
+      if (auto f = on_descriptor(peer, rx.channel, rx.seq, d)) return f;
     }
     for (auto it = rx.posted.begin(); it != rx.posted.end(); ++it) {
       request* r = *it;
-      if (r->channel != h.channel) continue;
+      if (r->channel != rx.channel) continue;
       rx.posted.erase(it);
       r->posted = false;
-      const std::string why = disagreement(*r, h.check, h.total, h.piece);
-      if (!why.empty()) {
-        fail(*r, errc::mismatch, why);
-        rx.discard.assign(rx.remaining, std::byte{0});
-        rx.target = rx.discard.data();
-        rx.cur = nullptr;
+      if (auto f = check_request(*r, frame_facts{rx.seq, rx.check, rx.total, rx.piece}, peer)) {
+        fail(*r, *f);
+        record_failure(*f);
       } else {
         rx.target = r->dst;
         rx.cur = r;
       }
-      return;
+      return std::nullopt;
     }
-    auto& q = rx.unexpected[h.channel];
-    q.push_back(frame{h.check, h.total, std::vector<std::byte>(rx.remaining), false});
+    // Nobody waits for it yet: keep it, within the limits, before allocating anything.
+    if (rx.unexpected_frames + 1 > cfg_.limits.max_unexpected_frames ||
+        rx.unexpected_bytes + rx.piece > cfg_.limits.max_unexpected_bytes)
+      return protocol_fault(
+          peer, errc::capacity,
+          concat("peer ", peer, " (connection ", conn, ") sent ", rx.unexpected_frames + 1, " frames / ",
+                 rx.unexpected_bytes + rx.piece,
+                 " bytes that no receive has asked for yet; the limits are max_unexpected_frames ",
+                 cfg_.limits.max_unexpected_frames, " and max_unexpected_bytes ", cfg_.limits.max_unexpected_bytes));
+    auto& q = rx.unexpected[rx.channel];
+    q.push_back(frame{rx.check, rx.seq, rx.total, std::vector<std::byte>(rx.remaining), false});
+    rx.unexpected_frames += 1;
+    rx.unexpected_bytes += rx.piece;
     rx.cur_frame = &q.back();
     rx.target = rx.cur_frame->bytes.data();
+    return std::nullopt;
   }
 
-  void end_payload(rx_state& rx) {
-    rx.in_payload = false;
-    if (rx.abort_frame) {
-      rx.abort_frame = false;
-      std::string text(reinterpret_cast<const char*>(rx.abort_text.data()), rx.abort_text.size());
-      close_rx(rx, errc::aborted, text);
+  // Parses an abort body: records the sender's status, and the failure if it is the first. rx.m held.
+  std::optional<fault> take_abort(rx_state& rx, int peer) {
+    const std::byte* p = rx.abort_body.data();
+    const std::size_t n = rx.abort_body.size();
+    const auto origin = get_le<std::uint32_t>(p);
+    const auto blamed = get_le<std::int32_t>(p + 4);
+    const auto waiting_on = get_le<std::int32_t>(p + 8);
+    const auto code = get_le<std::uint32_t>(p + 12);
+    const auto channel = get_le<std::uint32_t>(p + 16);
+    if (origin != static_cast<std::uint32_t>(peer) || blamed < -1 || blamed >= size_ || waiting_on < -1 ||
+        waiting_on >= size_ || code < 1 || code > static_cast<std::uint32_t>(errc::aborted))
+      return protocol_fault(peer, errc::parse,
+                            concat("abort frame with origin ", origin, ", blamed ", blamed, ", waiting_on ", waiting_on,
+                                   ", code ", code));
+    std::array<std::string, 4> s;
+    std::size_t at = abort_fixed_bytes;
+    for (auto& str : s) {
+      if (at + 2 > n) return protocol_fault(peer, errc::parse, "abort frame ends inside a string length");
+      const std::size_t len = get_le<std::uint16_t>(p + at);
+      at += 2;
+      if (len > abort_max_string_bytes || at + len > n)
+        return protocol_fault(peer, errc::parse, concat("abort frame string of ", len, " bytes runs past its end"));
+      str.assign(reinterpret_cast<const char*>(p + at), len);
+      for (char& c : str)
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n') c = '?';
+      at += len;
+    }
+    {
+      std::lock_guard lock(fail_mutex_);
+      auto& st = status_[static_cast<std::size_t>(peer)];
+      st.reported = true;
+      st.waiting_on = waiting_on;
+      st.blamed = blamed;
+      st.code = static_cast<errc>(code);
+    }
+    fault f;
+    f.code = errc::aborted;
+    f.origin = peer;
+    f.blamed = blamed;
+    f.channel = channel;
+    f.detail = s[0];
+    f.field = s[1];
+    f.here = s[2];
+    f.there = s[3];
+    record_failure(f);
+    link_.poke();  // a thread of ours may sleep on another stream
+    return std::nullopt;
+  }
+
+  void end_payload(rx_state& rx, int peer) {
+    rx.phase = rx_phase::header;
+    rx.got = 0;
+    rx.need = frame_header_bytes;
+    rx.parsed = false;
+    if (rx.kind == frame_kind::abort) {
+      auto f = take_abort(rx, peer);
+      rx.abort_body.clear();
+      if (f) {
+        record_failure(*f);
+        close_rx(rx, *f);
+      }
       return;
     }
     if (rx.cur) {
@@ -257,34 +623,63 @@ class stream_engine {
     }
   }
 
-  // Reads whatever the stream (peer, conn) has; rx.m must be held. Returns bytes consumed.
+  // Reads whatever the stream (peer, conn) has; rx.m must be held. Returns bytes consumed (or 1
+  // when the stream failed, so the caller looks at its requests).
   std::size_t pump(rx_state& rx, int peer, int conn) {
     std::size_t progressed = 0;
     try {
       while (!rx.closed) {
-        if (!rx.in_payload) {
-          const std::size_t n = link_.read_some(peer, conn, rx.hdr.data() + rx.hdr_got, header_bytes - rx.hdr_got);
+        if (rx.phase == rx_phase::header) {
+          const std::size_t n = rx_fill(rx, peer, conn, rx.hdr.data() + rx.got, rx.need - rx.got);
           if (n == 0) break;
           progressed += n;
-          rx.hdr_got += n;
-          if (rx.hdr_got < header_bytes) continue;
-          rx.hdr_got = 0;
-          frame_header h;
-          std::memcpy(&h, rx.hdr.data(), header_bytes);
-          begin_payload(rx, h);
-          if (h.remote != 0 && h.channel != abort_channel) take_remote(rx, peer, h.remote);
+          rx.got += n;
+          if (rx.got < rx.need) continue;
+          if (!rx.parsed) {
+            if (auto f = parse_header(rx, peer)) {
+              record_failure(*f);
+              close_rx(rx, *f);
+              break;
+            }
+            if (rx.got < rx.need) continue;  // extensions follow
+          }
+          if (auto f = begin_payload(rx, peer, conn)) {
+            record_failure(*f);
+            close_rx(rx, *f);
+            break;
+          }
+          if (rx.flags & frame_flag_remote) {  // single copy: read the payload from the sender's memory
+            const auto addr = get_le<std::uint64_t>(rx.hdr.data() + rx.need - frame_remote_bytes);
+            if (rx.remaining > 0 && rx.target) link_.remote_read(peer, addr, rx.target, rx.remaining);
+            rx.remaining = 0;
+            link_.remote_ack(peer);
+          }
         } else if (rx.remaining > 0) {
-          const std::size_t n = link_.read_some(peer, conn, rx.target, rx.remaining);
+          std::byte* dst = rx.target;
+          std::size_t want = rx.remaining;
+          if (!dst) {  // discarding: through a bounded scratch buffer
+            if (rx.scratch.empty()) rx.scratch.resize(16 * 1024);
+            dst = rx.scratch.data();
+            want = std::min(want, rx.scratch.size());
+          }
+          const std::size_t n = rx_fill(rx, peer, conn, dst, want);
           if (n == 0) break;
           progressed += n;
-          rx.target += n;
+          if (rx.target) rx.target += n;
           rx.remaining -= n;
         }
-        if (rx.in_payload && rx.remaining == 0) end_payload(rx);
+        if (rx.phase == rx_phase::payload && rx.remaining == 0) end_payload(rx, peer);
       }
     } catch (const error& e) {
-      close_rx(rx, static_cast<errc>(e.code().value()), e.what());
-      ++progressed;  // something changed: let the caller look at its requests
+      fault f;
+      f.code = static_cast<errc>(e.code().value());
+      f.blamed = peer;
+      f.detail = e.what();
+      close_rx(rx, f);
+      ++progressed;
+    } catch (const std::bad_alloc&) {
+      close_rx(rx, protocol_fault(peer, errc::capacity, "out of memory while receiving a frame"));
+      ++progressed;
     }
     return progressed;
   }
@@ -312,18 +707,22 @@ class stream_engine {
         r.deferred = true;
         return;
       }
-      const std::string why = disagreement(r, f.check, f.total, f.bytes.size());
-      if (!why.empty())
-        fail(r, errc::mismatch, why);
-      else {
+      auto why = check_request(r, frame_facts{f.seq, f.check, f.total, f.bytes.size()}, r.peer);
+      if (why) {
+        fail(r, *why);
+        record_failure(*why);
+      } else {
         if (r.len) std::memcpy(r.dst, f.bytes.data(), r.len);
         r.done = true;
       }
+      rx.unexpected_bytes -= f.bytes.size();
+      rx.unexpected_frames -= 1;
       it->second.pop_front();
+      if (it->second.empty()) rx.unexpected.erase(it);
       return;
     }
     if (rx.closed) {
-      fail(r, rx.close_code, rx.close_reason);
+      fail(r, rx.close_why);
       return;
     }
     rx.posted.push_back(&r);
@@ -339,59 +738,234 @@ class stream_engine {
       r.posted = false;
     }
     if (rx.cur == &r) {  // the rest of this piece goes nowhere
-      rx.discard.assign(rx.remaining, std::byte{0});
-      rx.target = rx.discard.data();
+      rx.target = nullptr;
       rx.cur = nullptr;
     }
   }
 
-  [[noreturn]] void raise_op(errc code, const char* op, int dst, int src, msg_tag tag, std::string what) {
-    if (code == errc::peer_failure && !aborted_.load()) {
-      // A peer that aborts sends its reason, then closes: a write can fail before the reason is
-      // read. Drain the incoming streams briefly so the error says why, not just "closed".
-      const deadline limit = clock_type::now() + std::chrono::milliseconds(100);
-      while (!aborted_.load() && clock_type::now() < limit) {
-        const auto ticket = link_.ticket();
-        if (pump_all() == 0) link_.wait(ticket, std::min(limit, clock_type::now() + std::chrono::milliseconds(5)), -1);
+  // ---- abort, status and blame ----------------------------------------------------------------
+  // Sends this rank's status (an abort frame: the group's failure and what this rank waited on) to
+  // every peer, once. Bounded: a stream another thread is writing, or that stays full, is skipped.
+  void send_status(int waiting_on) {
+    fault g;
+    {
+      std::lock_guard lock(fail_mutex_);
+      if (status_sent_) return;
+      status_sent_ = true;
+      g = group_;
+      auto& me = status_[static_cast<std::size_t>(rank_)];
+      me.reported = true;
+      me.waiting_on = waiting_on;
+      me.blamed = g.blamed;
+      me.code = g.code;
+    }
+    std::vector<std::byte> body(abort_fixed_bytes);
+    put_le<std::uint32_t>(body.data(), static_cast<std::uint32_t>(rank_));
+    put_le<std::int32_t>(body.data() + 4, g.blamed);
+    put_le<std::int32_t>(body.data() + 8, waiting_on);
+    put_le<std::uint32_t>(body.data() + 12, static_cast<std::uint32_t>(g.code));
+    put_le<std::uint32_t>(body.data() + 16, g.channel);
+    const std::string reason = g.origin == rank_ ? concat("rank ", rank_, ": ", g.detail) : g.detail;
+    const std::array<const std::string*, 4> strings{&reason, &g.field, &g.here, &g.there};
+    for (const std::string* s : strings) {
+      const std::size_t len = std::min(s->size(), abort_max_string_bytes);
+      const std::size_t at = body.size();
+      body.resize(at + 2 + len);
+      put_le<std::uint16_t>(body.data() + at, static_cast<std::uint16_t>(len));
+      std::memcpy(body.data() + at + 2, s->data(), len);
+    }
+    std::array<std::byte, frame_header_bytes> h{};
+    encode_header(h.data(), frame_kind::abort, 0, g.channel, 0, 0, body.size(), body.size());
+    const deadline until = clock_type::now() + std::chrono::milliseconds(200);
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      for (int k = 0; k < conns_; ++k) {  // the first connection not in use carries it
+        auto& tx = *tx_[index(q, k)];
+        std::unique_lock lock(tx.m, std::try_to_lock);
+        if (!lock.owns_lock() || tx.partial) continue;
+        std::size_t off = 0;
+        const std::size_t end = h.size() + body.size();
+        try {
+          while (off < end && clock_type::now() < until) {
+            const auto ticket = link_.ticket();
+            std::size_t n;
+            if (off < h.size()) {
+              const io_part parts[2] = {{h.data() + off, h.size() - off}, {body.data(), body.size()}};
+              n = link_.write_some(q, k, parts, 2);
+            } else {
+              const io_part part{body.data() + (off - h.size()), end - off};
+              n = link_.write_some(q, k, &part, 1);
+            }
+            off += n;
+            if (n == 0) {
+              pump_all();
+              link_.wait(ticket, std::min(until, clock_type::now() + std::chrono::milliseconds(5)), q);
+            }
+          }
+        } catch (const error&) {  // that peer is gone already
+        }
+        if (off > 0 && off < end) tx.partial = true;  // cut off mid-frame: nothing more may follow
+        break;
       }
     }
-    if (aborted_.load()) {
-      std::lock_guard lock(abort_mutex_);
-      code = errc::aborted;
-      what = abort_reason_;
+  }
+
+  void shut_down() {
+    bool first = false;
+    std::string why;
+    {
+      std::lock_guard lock(fail_mutex_);
+      if (!shut_) {
+        shut_ = true;
+        first = true;
+        why = group_.detail;
+      }
     }
-    std::string peers;
-    if (dst >= 0) peers += concat(" to peer ", dst);
-    if (src >= 0) peers += concat(" from peer ", src);
-    throw error(code, name_, concat("rank ", rank_, " ", op, peers, " channel ", tag.channel, ": ", what));
+    if (first) link_.on_abort(why);
+  }
+
+  // Follows "waiting on" from this rank through the reports until it reaches a rank that did not
+  // report (stalled, or outside the engine), one that named a culprit, or one not blocked on
+  // anyone. Returns nothing while the answer may still change. fail_mutex_ held.
+  std::optional<int> follow_waits(int waiting_on, bool final) const {
+    if (waiting_on < 0) return -1;
+    std::vector<bool> seen(static_cast<std::size_t>(size_), false);
+    seen[static_cast<std::size_t>(rank_)] = true;
+    int cur = waiting_on;
+    for (;;) {
+      if (seen[static_cast<std::size_t>(cur)]) return -1;  // a cycle of live ranks: the schedules disagree
+      seen[static_cast<std::size_t>(cur)] = true;
+      const auto& st = status_[static_cast<std::size_t>(cur)];
+      if (!st.reported) {
+        if (final) return cur;
+        // Final as soon as every other rank has reported: cur is the only one silent.
+        for (int q = 0; q < size_; ++q)
+          if (q != cur && !status_[static_cast<std::size_t>(q)].reported) return std::nullopt;
+        return cur;
+      }
+      if (st.blamed >= 0) return st.blamed;
+      if (st.waiting_on < 0) return cur;  // it was not waiting on anyone: it was late
+      cur = st.waiting_on;
+    }
+  }
+
+  // Turns the group's failure into this thread's comm_error: sends this rank's status, resolves
+  // whom to blame when the failure does not say, shuts the link, throws. Called with no locks held.
+  [[noreturn]] void raise_group(const char* op, int dst, int src, msg_tag tag, int waiting_on) {
+    send_status(waiting_on);
+    fault g;
+    {
+      std::lock_guard lock(fail_mutex_);
+      g = group_;
+    }
+    int blamed = g.blamed;
+    if (blamed < 0 && waiting_on >= 0) {
+      const deadline limit = clock_type::now() + cfg_.blame_window;
+      for (;;) {
+        std::optional<int> who;
+        {
+          std::lock_guard lock(fail_mutex_);
+          who = follow_waits(waiting_on, clock_type::now() >= limit);
+        }
+        if (who) {
+          blamed = *who;
+          break;
+        }
+        const auto ticket = link_.ticket();
+        if (pump_all() == 0) link_.wait(ticket, std::min(limit, clock_type::now() + std::chrono::milliseconds(2)), -1);
+      }
+    }
+    shut_down();
+    failure_info info;
+    info.rank = rank_;
+    info.size = size_;
+    info.peer = src >= 0 ? src : dst;
+    info.blamed = blamed;
+    info.origin = g.origin;
+    info.channel = tag.channel;
+    info.check = tag.check;
+    info.sequence = g.sequence;
+    info.operation = op;
+    info.field = g.field;
+    info.here = g.here;
+    info.there = g.there;
+    {
+      std::lock_guard lock(fail_mutex_);
+      bool any = false;
+      for (const auto& st : status_) any = any || st.reported;
+      if (any) {
+        info.waiting_on.assign(static_cast<std::size_t>(size_), -1);
+        for (int q = 0; q < size_; ++q)
+          if (status_[static_cast<std::size_t>(q)].reported)
+            info.waiting_on[static_cast<std::size_t>(q)] = status_[static_cast<std::size_t>(q)].waiting_on;
+      }
+    }
+    errc code = g.code;
+    if (g.origin != rank_) {
+      code = errc::aborted;
+      info.detail = concat("rank ", g.origin, " aborted the group: ", g.detail);
+    } else {
+      info.detail = g.detail;
+    }
+    if (g.blamed < 0 && blamed >= 0 && blamed != rank_)
+      info.detail += concat(" (rank ", blamed, " did not make progress: the others were waiting on it",
+                            info.waiting_on.empty() ? "" : ", as they reported", ")");
+    throw comm_error(code, name_, std::move(info));
+  }
+
+  // ---- the exchange -----------------------------------------------------------------------------
+  void guarded_exchange(int dst, std::span<const std::byte> out, bool sending, int src, std::span<std::byte> in,
+                        msg_tag tag, deadline until, const char* op) {
+    try {
+      exchange(dst, out, sending, src, in, tag, until, op);
+    } catch (const comm_error&) {
+      throw;
+    } catch (const error& e) {
+      if (static_cast<errc>(e.code().value()) == errc::invalid_argument) throw;  // nothing happened yet
+      fault f;
+      f.code = static_cast<errc>(e.code().value());
+      f.detail = e.what();
+      record_failure(f);
+      raise_group(op, dst, src, tag, -1);
+    } catch (const std::bad_alloc&) {
+      fault f;
+      f.code = errc::capacity;
+      f.detail = "out of memory";
+      record_failure(f);
+      raise_group(op, dst, src, tag, -1);
+    } catch (const std::exception& e) {
+      fault f;
+      f.code = errc::io;
+      f.detail = e.what();
+      record_failure(f);
+      raise_group(op, dst, src, tag, -1);
+    }
   }
 
   void exchange(int dst, std::span<const std::byte> out, bool sending, int src, std::span<std::byte> in, msg_tag tag,
                 deadline until, const char* op) {
-    if (aborted_.load()) raise_op(errc::aborted, op, sending ? dst : -1, src, tag, {});  // fills in the reason
+    if (failed_.load(std::memory_order_acquire)) raise_group(op, sending ? dst : -1, src, tag, -1);
     // Receive side: one request per piece.
-    std::vector<request> reqs;
-    if (src >= 0) {
-      const int k = pieces_for(in.size());
-      reqs.resize(static_cast<std::size_t>(k));
-      for (int i = 0; i < k; ++i) {
-        const auto I = static_cast<std::size_t>(i), K = static_cast<std::size_t>(k);
-        request& r = reqs[I];
-        r.channel = tag.channel;
-        r.check = tag.check;
-        r.total = in.size();
-        r.dst = in.data() + chunk_begin(in.size(), K, I);
-        r.len = chunk_size(in.size(), K, I);
-        r.peer = src;
-        r.conn = i;
-        auto& rx = *rx_[index(src, i)];
-        std::lock_guard lock(rx.m);
-        post(rx, r);
-      }
+    const std::size_t nreq = src >= 0 ? static_cast<std::size_t>(pieces_for(in.size())) : 0;
+    small_array<request, 4> reqs(nreq);
+    const std::uint32_t rseq = src >= 0 ? expected_seq(src, tag.channel) : 0;
+    for (std::size_t i = 0; i < nreq; ++i) {
+      request& r = reqs[i];
+      r.channel = tag.channel;
+      r.check = tag.check;
+      r.seq = rseq;
+      r.total = in.size();
+      r.dst = in.data() + chunk_begin(in.size(), nreq, i);
+      r.len = chunk_size(in.size(), nreq, i);
+      r.peer = src;
+      r.conn = static_cast<int>(i);
+      auto& rx = *rx_[index(src, static_cast<int>(i))];
+      std::lock_guard lock(rx.m);
+      post(rx, r);
     }
     struct detach_guard {
       stream_engine* e;
-      std::vector<request>* reqs;
+      small_array<request, 4>* reqs;
       ~detach_guard() {
         for (auto& r : *reqs)
           if (!r.done) e->detach(r);
@@ -400,121 +974,209 @@ class stream_engine {
 
     // Send side: one piece per connection used; the connections' write locks are held until the
     // whole message is out, so frames of different threads never interleave.
-    std::vector<piece_out> pieces;
-    std::vector<std::unique_lock<std::mutex>> tx_locks;
+    const std::size_t npieces = sending ? static_cast<std::size_t>(pieces_for(out.size())) : 0;
+    small_array<piece_out, 4> pieces(npieces);
+    small_array<std::unique_lock<std::mutex>, 4> tx_locks(npieces);
     if (sending) {
-      const int k = pieces_for(out.size());
-      for (int i = 0; i < k; ++i) {
-        const auto I = static_cast<std::size_t>(i), K = static_cast<std::size_t>(k);
-        piece_out po{i, {}, out.data() + chunk_begin(out.size(), K, I), chunk_size(out.size(), K, I), 0};
+      std::optional<collective_descriptor> desc;
+      const std::uint32_t seq = outgoing(dst, tag.channel, desc);
+      for (std::size_t i = 0; i < npieces; ++i) {
+        piece_out& po = pieces[i];
+        po.conn = static_cast<int>(i);
+        po.data = out.data() + chunk_begin(out.size(), npieces, i);
+        po.len = chunk_size(out.size(), npieces, i);
         po.remote = po.len >= link_.remote_min();
-        const frame_header fh{tag.channel, tag.check, out.size(), po.len,
-                              po.remote ? static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(po.data)) : 0};
-        std::memcpy(po.hdr.data(), &fh, header_bytes);
-        pieces.push_back(po);
-        tx_locks.emplace_back(tx_[index(dst, i)]->m, std::defer_lock);
+        std::uint8_t flags = 0;
+        std::size_t at = frame_header_bytes;
+        if (i == 0 && desc) {
+          flags |= frame_flag_descriptor;
+          encode(*desc, std::span<std::byte, descriptor_wire_bytes>(po.hdr.data() + at, descriptor_wire_bytes));
+          at += descriptor_wire_bytes;
+        }
+        if (po.remote) {
+          flags |= frame_flag_remote;
+          put_le<std::uint64_t>(po.hdr.data() + at,
+                                static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(po.data)));
+          at += frame_remote_bytes;
+        }
+        encode_header(po.hdr.data(), frame_kind::data, flags, tag.channel, seq, tag.check, out.size(), po.len);
+        po.hdr_len = at;
+        tx_locks[i] = std::unique_lock<std::mutex>(tx_[index(dst, po.conn)]->m, std::defer_lock);
       }
     }
-    std::size_t locked = 0;
-    bool sent_all = false;
-    for (;;) {
-      const auto ticket = link_.ticket();
-      std::size_t progressed = 0;
-      // Take the write locks in connection order (pumping while another thread holds one).
-      while (locked < tx_locks.size() && tx_locks[locked].try_lock()) {
-        tx_[index(dst, pieces[locked].conn)]->partial = true;
-        ++locked;
-      }
-      bool send_done = true;
-      if (sent_all) {
-        // nothing left to write
-      } else if (locked == tx_locks.size()) {
-        for (auto& po : pieces) {
-          const std::size_t end = header_bytes + (po.remote ? 0 : po.len);
-          try {
+
+    std::optional<fault> failure;  // raised once the write locks are released
+    int waiting_on = -1;
+    {
+      std::size_t locked = 0;
+      bool sent_all = !sending;
+      auto idle_since = clock_type::now();
+      for (;;) {
+        const auto ticket = link_.ticket();
+        std::size_t progressed = 0;
+        // Take the write locks in connection order (pumping while another thread holds one).
+        while (locked < npieces && tx_locks[locked].try_lock()) {
+          auto& tx = *tx_[index(dst, pieces[locked].conn)];
+          if (tx.partial) {  // an earlier message was cut off on this stream: it cannot carry more
+            tx_locks[locked].unlock();
+            failure = fault{errc::aborted,
+                            -1,
+                            -1,
+                            tag.channel,
+                            0,
+                            concat("connection ", pieces[locked].conn, " to peer ", dst,
+                                   " was cut off mid-message by an earlier failure"),
+                            {},
+                            {},
+                            {}};
+            break;
+          }
+          tx.partial = true;
+          ++locked;
+        }
+        if (failure) break;
+        bool send_done = sent_all;
+        if (!sent_all && locked == npieces) {
+          send_done = true;
+          for (auto& po : pieces) {
+            const std::size_t end = po.hdr_len + (po.remote ? 0 : po.len);
             while (po.off < end) {
               std::size_t n;
-              if (po.off < header_bytes)
-                n = link_.write_some(dst, po.conn, po.hdr.data() + po.off, header_bytes - po.off);
-              else
-                n = link_.write_some(dst, po.conn, po.data + (po.off - header_bytes), end - po.off);
+              if (po.off < po.hdr_len) {
+                const io_part parts[2] = {{po.hdr.data() + po.off, po.hdr_len - po.off},
+                                          {po.data, po.remote ? 0 : po.len}};
+                n = link_.write_some(dst, po.conn, parts, 2);
+              } else {
+                const io_part part{po.data + (po.off - po.hdr_len), end - po.off};
+                n = link_.write_some(dst, po.conn, &part, 1);
+              }
               if (n == 0) break;
               po.off += n;
               progressed += n;
             }
-          } catch (const error& e) {
-            raise_op(static_cast<errc>(e.code().value()), op, dst, src, tag, e.what());
+            if (po.off < end) {
+              send_done = false;
+            } else if (po.remote) {  // the buffer is ours again only when the receiver has read it
+              if (po.seq == 0) po.seq = link_.remote_post(dst);
+              if (link_.remote_acked(dst) < po.seq) send_done = false;
+            }
           }
-          if (po.off < end) {
-            send_done = false;
-          } else if (po.remote) {  // the buffer is ours again only when the receiver has read it
-            if (po.seq == 0) po.seq = link_.remote_post(dst);
-            if (link_.remote_acked(dst) < po.seq) send_done = false;
-          }
-        }
-        if (send_done) {
-          for (std::size_t i = 0; i < tx_locks.size(); ++i)
-            if (tx_locks[i].owns_lock()) {
+          if (send_done) {
+            for (std::size_t i = 0; i < npieces; ++i) {
               tx_[index(dst, pieces[i].conn)]->partial = false;
               tx_locks[i].unlock();
             }
-          if (!tx_locks.empty()) link_.poke();  // a thread of ours may wait for these locks
-          sent_all = true;
+            if (npieces > 0) link_.poke();  // a thread of ours may wait for these locks
+            sent_all = true;
+          }
         }
-      } else {
-        send_done = false;
-      }
-      progressed += pump_all();
-      bool recv_done = true;
-      for (auto& r : reqs) {
-        if (r.deferred) {
-          auto& rx = *rx_[index(r.peer, r.conn)];
-          std::lock_guard lock(rx.m);
-          post(rx, r);
+        progressed += pump_all();
+        bool recv_done = true;
+        for (auto& r : reqs) {
+          if (r.deferred) {
+            auto& rx = *rx_[index(r.peer, r.conn)];
+            std::lock_guard lock(rx.m);
+            post(rx, r);
+          }
+          if (r.failed && !failure) failure = r.why;
+          if (!r.done) recv_done = false;
         }
-        if (r.failed) raise_op(r.code, op, sending ? dst : -1, src, tag, r.error);
-        if (!r.done) recv_done = false;
-      }
-      if (send_done && recv_done) return;
-      if (aborted_.load()) raise_op(errc::aborted, op, sending ? dst : -1, src, tag, {});
-      const auto now = clock_type::now();
-      if (now >= until) {
-        std::size_t sent = 0, got = 0;
-        for (auto& po : pieces)
-          sent += po.remote ? (po.seq != 0 && link_.remote_acked(dst) >= po.seq ? po.len : 0)
-                            : (po.off >= header_bytes ? po.off - header_bytes : 0);
-        for (auto& r : reqs) got += r.done ? r.len : 0;
-        raise_op(errc::timeout, op, sending ? dst : -1, src, tag,
-                 concat("deadline passed with ", sent, " of ", out.size(), " bytes sent and ", got, " of ", in.size(),
-                        " bytes received"));
-      }
-      if (progressed == 0) {
+        waiting_on = !recv_done ? src : (!send_done ? dst : -1);
+        if (failure) break;
+        if (send_done && recv_done) return;
+        if (failed_.load(std::memory_order_acquire)) break;
+        const auto now = clock_type::now();
+        if (now >= until) {
+          std::size_t sent = 0, got = 0;
+          for (auto& po : pieces)
+            sent += po.remote ? (po.seq != 0 && link_.remote_acked(dst) >= po.seq ? po.len : 0)
+                              : (po.off >= po.hdr_len ? po.off - po.hdr_len : 0);
+          for (auto& r : reqs) got += r.done ? r.len : 0;
+          failure = fault{errc::timeout,
+                          -1,
+                          -1,
+                          tag.channel,
+                          rseq,
+                          concat("deadline passed with ", sent, " of ", out.size(), " bytes sent and ", got, " of ",
+                                 in.size(), " bytes received (waiting on rank ", waiting_on, ")"),
+                          {},
+                          {},
+                          {}};
+          break;
+        }
+        if (progressed > 0) {
+          idle_since = now;
+          continue;
+        }
         try {  // a peer we wait on whose process is gone will never answer
           if (!recv_done && src >= 0) link_.check_alive(src);
           if (!send_done && sending) link_.check_alive(dst);
         } catch (const error& e) {
           // Its last bytes may have landed between our look and its exit: look once more.
-          if (pump_all() == 0)
-            raise_op(static_cast<errc>(e.code().value()), op, sending ? dst : -1, src, tag, e.what());
+          if (pump_all() == 0) {
+            failure =
+                fault{static_cast<errc>(e.code().value()), waiting_on, -1, tag.channel, rseq, e.what(), {}, {}, {}};
+            break;
+          }
           continue;
         }
-        if (locked < tx_locks.size())  // another thread of ours is writing to dst: look again soon
+        if (locked < npieces) {  // another thread of ours is writing to dst: look again soon
           link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(1)), -1);
-        else
-          link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(50)), send_done ? -1 : dst);
+          continue;
+        }
+        const auto idle = now - idle_since;
+        if (mode_ == wait_mode::spin && idle < cfg_.waiting.spin) {
+          for (int i = 0; i < 16; ++i) cpu_relax();
+          continue;
+        }
+        if (mode_ == wait_mode::yield && idle < cfg_.waiting.yield) {
+          std::this_thread::yield();
+          continue;
+        }
+        link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(50)), send_done ? -1 : dst);
       }
+      // On the way out with a failure: a half-written message stays marked partial on its stream.
+      for (std::size_t i = 0; i < npieces; ++i)
+        if (tx_locks[i].owns_lock()) {
+          auto& tx = *tx_[index(dst, pieces[i].conn)];
+          if (pieces[i].off == 0) tx.partial = false;  // nothing of it went out
+          tx_locks[i].unlock();
+        }
     }
+    if (failure) {
+      if (failure->code == errc::peer_failure && failure->blamed >= 0) {
+        // A peer that aborts sends its reason, then closes: a write can fail before the reason is
+        // read. Drain briefly so the report says why, not just "closed".
+        const deadline limit = clock_type::now() + std::chrono::milliseconds(100);
+        while (!failed_.load(std::memory_order_acquire) && clock_type::now() < limit) {
+          const auto ticket = link_.ticket();
+          if (pump_all() == 0)
+            link_.wait(ticket, std::min(limit, clock_type::now() + std::chrono::milliseconds(2)), -1);
+        }
+      }
+      record_failure(*failure);
+    }
+    raise_group(op, sending ? dst : -1, src, tag, waiting_on);
   }
 
   Link& link_;
   int rank_, size_, conns_;
   std::size_t stripe_min_;
   const char* name_;
+  engine_config cfg_;
+  wait_mode mode_;
   std::vector<std::unique_ptr<rx_state>> rx_;
   std::vector<std::unique_ptr<tx_state>> tx_;
-  std::atomic<bool> aborted_{false};
-  std::mutex abort_mutex_;
-  std::string abort_reason_;
+  // Collective bookkeeping (desc_mutex_, a leaf lock).
+  std::mutex desc_mutex_;
+  std::vector<std::unordered_map<std::uint32_t, peer_channel>> book_;
+  std::vector<std::vector<pending_descriptor>> pending_;
+  // The group's failure and the ranks' reports (fail_mutex_, a leaf lock).
+  std::atomic<bool> failed_{false};
+  std::mutex fail_mutex_;
+  fault group_;
+  std::vector<rank_status> status_;
+  bool status_sent_ = false, shut_ = false;
 };
 
 /// The transport operations of a byte-stream transport (shm, tcp), forwarded to its stream_engine,
@@ -534,9 +1196,15 @@ class engine_front {
                 deadline until) {
     engine_->sendrecv(dst, out, src, in, tag, until);
   }
+  /// Declares the next collective on `channel` (see descriptor_checking_transport).
+  void begin_collective(std::uint32_t channel, const collective_descriptor& d, std::span<const int> members = {}) {
+    engine_->begin_collective(channel, d, members);
+  }
   /// Fails every operation of every rank with errc::aborted and the reason: the peers are told why,
   /// then the links are shut.
   void abort(std::string_view why) { engine_->abort(why); }
+  /// The waiting policy in force (automatic resolved to spin or yield).
+  wait_mode waiting() const noexcept { return engine_->waiting(); }
 
  protected:
   std::unique_ptr<stream_engine<Link>> engine_;
