@@ -70,4 +70,12 @@ class comm_error : public error {
   failure_info info_;
 };
 
+/// A transport whose abort carries the failure's fields to the other ranks, so every rank's error
+/// names the same origin, blamed rank and disagreement: t.abort(e) (beside abort(why) of
+/// abortable_transport). The collectives use it when the transport has it.
+template <class T>
+concept failure_carrying_transport = requires(T& t, const comm_error& e) {
+  t.abort(e);
+};
+
 }  // namespace weft::comm

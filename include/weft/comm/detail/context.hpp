@@ -22,10 +22,11 @@ using weft::detail::concat;
 
 /// The comm_error for a failure inside collective `name` at (phase, step) on `peer`: a comm_error
 /// from the transport keeps its facts (blamed rank, origin, mismatch values, waits) and gains the
-/// collective and phase; any other weft::error becomes one, blaming the peer where the code says
-/// the peer failed, stalled or disagreed.
+/// collective and phase; any other weft::error becomes one, blaming `peer` where the code says the
+/// peer failed, stalled or disagreed (for a sendrecv with two peers the caller passes which one it
+/// cannot tell: blame_peer = false).
 inline comm_error make_comm_error(const error& e, const char* name, int rank, int size, const char* phase, int step,
-                                  int peer, msg_tag tag) {
+                                  int peer, msg_tag tag, bool blame_peer = true) {
   failure_info info;
   const auto code = static_cast<errc>(e.code().value());
   if (const auto* ce = dynamic_cast<const comm_error*>(&e)) {
@@ -33,7 +34,8 @@ inline comm_error make_comm_error(const error& e, const char* name, int rank, in
   } else {
     info.peer = peer;
     info.detail = e.what();
-    if (code == errc::peer_failure || code == errc::timeout || code == errc::mismatch) info.blamed = peer;
+    if (blame_peer && (code == errc::peer_failure || code == errc::timeout || code == errc::mismatch))
+      info.blamed = peer;
     info.origin = code == errc::aborted ? -1 : rank;
   }
   info.rank = rank;
@@ -93,7 +95,8 @@ class call_context {
   }
   template <class T>
   void sendrecv(int dst, std::span<const T> out, int src, std::span<T> in) {
-    guarded([&] { t_.sendrecv(dst, std::as_bytes(out), src, std::as_writable_bytes(in), tag_, until_); }, src);
+    guarded([&] { t_.sendrecv(dst, std::as_bytes(out), src, std::as_writable_bytes(in), tag_, until_); }, src,
+            dst == src);
   }
 
   /// Raises (and aborts the group with) an error found by the algorithm itself.
@@ -109,27 +112,28 @@ class call_context {
     info.step = step_;
     info.detail = what;
     comm_error err(code, name_, std::move(info));
-    abort_group(err.what());
+    abort_group(err);
     throw err;
   }
 
  private:
   template <class Fn>
-  void guarded(Fn&& fn, int peer) {
+  void guarded(Fn&& fn, int peer, bool blame_peer = true) {
     try {
       fn();
     } catch (const error& e) {
-      comm_error err = make_comm_error(e, name_, rank_, size_, phase_, step_, peer, tag_);
-      abort_group(err.what());
+      comm_error err = make_comm_error(e, name_, rank_, size_, phase_, step_, peer, tag_, blame_peer);
+      abort_group(err);
       throw err;
     }
   }
-  void abort_group(const std::string& msg) {
-    if constexpr (abortable_transport<Tr>) {
-      try {
-        t_.abort(msg);
-      } catch (...) {  // the group is already failing; the original error is the one to report
-      }
+  void abort_group(const comm_error& err) {
+    try {
+      if constexpr (failure_carrying_transport<Tr>)
+        t_.abort(err);
+      else if constexpr (abortable_transport<Tr>)
+        t_.abort(std::string_view(err.what()));
+    } catch (...) {  // the group is already failing; the original error is the one to report
     }
   }
 

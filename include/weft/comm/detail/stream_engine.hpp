@@ -200,6 +200,23 @@ class stream_engine {
     shut_down();
   }
 
+  /// abort(why) with the failure's fields (blamed rank, disagreement), for the other ranks' errors.
+  void abort(const comm_error& e) {
+    const failure_info& i = e.info();
+    fault f;
+    f.code = e.code_value();
+    f.blamed = i.blamed;
+    f.channel = i.channel;
+    f.sequence = i.sequence;
+    f.field = i.field;
+    f.here = i.here;
+    f.there = i.there;
+    f.detail = std::string(e.what()).substr(0, abort_max_string_bytes / 2);
+    record_failure(f);
+    send_status(-1);
+    shut_down();
+  }
+
   bool aborted() const noexcept { return failed_.load(std::memory_order_acquire); }
   wait_mode waiting() const noexcept { return mode_; }
 
@@ -977,9 +994,11 @@ class stream_engine {
     const std::size_t npieces = sending ? static_cast<std::size_t>(pieces_for(out.size())) : 0;
     small_array<piece_out, 4> pieces(npieces);
     small_array<std::unique_lock<std::mutex>, 4> tx_locks(npieces);
+    std::uint32_t sseq = 0;
     if (sending) {
       std::optional<collective_descriptor> desc;
       const std::uint32_t seq = outgoing(dst, tag.channel, desc);
+      sseq = seq;
       for (std::size_t i = 0; i < npieces; ++i) {
         piece_out& po = pieces[i];
         po.conn = static_cast<int>(i);
@@ -1143,6 +1162,26 @@ class stream_engine {
           tx_locks[i].unlock();
         }
     }
+    if (failure && failure->code == errc::timeout && rseq == 0 && sseq == 0) {
+      // A point-to-point call outside any collective that timed out before a byte of it moved
+      // leaves every stream as it was: a plain timeout (callers poll this way), no abort.
+      bool moved = false;
+      for (auto& po : pieces) moved = moved || po.off > 0;
+      for (auto& r : reqs) moved = moved || r.done || !r.posted;
+      if (!moved) {
+        failure_info info;
+        info.rank = rank_;
+        info.size = size_;
+        info.peer = waiting_on;
+        info.blamed = waiting_on;
+        info.origin = rank_;
+        info.channel = tag.channel;
+        info.check = tag.check;
+        info.operation = op;
+        info.detail = failure->detail;
+        throw comm_error(errc::timeout, name_, std::move(info));
+      }
+    }
     if (failure) {
       if (failure->code == errc::peer_failure && failure->blamed >= 0) {
         // A peer that aborts sends its reason, then closes: a write can fail before the reason is
@@ -1203,6 +1242,8 @@ class engine_front {
   /// Fails every operation of every rank with errc::aborted and the reason: the peers are told why,
   /// then the links are shut.
   void abort(std::string_view why) { engine_->abort(why); }
+  /// abort(why) that also carries the failure's fields to the other ranks.
+  void abort(const comm_error& e) { engine_->abort(e); }
   /// The waiting policy in force (automatic resolved to spin or yield).
   wait_mode waiting() const noexcept { return engine_->waiting(); }
 
