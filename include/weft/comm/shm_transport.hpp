@@ -193,8 +193,8 @@ class shm_link {
       iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(addr) + done), n - done};
       const ssize_t r = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
       if (r <= 0)
-        weft::detail::raise(errc::io, "weft::comm::shm_transport", "single-copy read of ", n, " bytes from peer ", peer,
-                            " (pid ", pid, ") failed: ", std::strerror(errno),
+        weft::detail::raise(errc::peer_failure, "weft::comm::shm_transport", "single-copy read of ", n,
+                            " bytes from peer ", peer, " (pid ", pid, ") failed: ", std::strerror(errno),
                             " (set shm_options::single_copy_min = SIZE_MAX where ptrace is restricted)");
       done += static_cast<std::size_t>(r);
     }

@@ -54,6 +54,9 @@ struct engine_config {
   /// How long a failing rank keeps listening for the other ranks' "waiting on" reports before it
   /// names the rank to blame (only when the failure itself does not name one, e.g. a timeout).
   std::chrono::milliseconds blame_window{300};
+  /// How long a rank whose peer's stream broke keeps reading the other streams for that peer's
+  /// abort frame (which says why it left) before it reports the broken stream itself.
+  std::chrono::milliseconds drain_window{100};
 };
 
 /// Cores this process may run on (its affinity mask). O(1).
@@ -163,9 +166,10 @@ class stream_engine {
         expects(q >= 0 && q < size_, errc::invalid_argument, name_, "rank ", rank_, " begin_collective: member ", q,
                 " is not a rank in [0, ", size_, ")");
         auto& pc = book_[static_cast<std::size_t>(q)][channel];
+        if (pc.seq != 0) pc.past[pc.seq % peer_channel::history] = pc.desc;
         ++pc.seq;
         pc.desc = d;
-        pc.sent = false;
+        pc.sent = 0;
         auto& pend = pending_[static_cast<std::size_t>(q)];
         for (auto it = pend.begin(); it != pend.end();) {
           if (it->channel != channel || it->seq > pc.seq) {
@@ -263,8 +267,17 @@ class stream_engine {
   // ---- per-(peer, channel) collective bookkeeping ------------------------------------------------
   struct peer_channel {
     std::uint32_t seq = 0;
-    bool sent = false;  // the descriptor of seq went out already
+    std::uint64_t sent = 0;  // connections (bits) the descriptor of seq went out on already
     collective_descriptor desc{};
+    // The last few collectives' descriptors: a rank whose part only sent (a broadcast root) may
+    // have moved on before the peer's descriptor for that call arrives; it is still compared.
+    static constexpr std::uint32_t history = 4;
+    std::array<collective_descriptor, history> past{};
+    const collective_descriptor* at(std::uint32_t s) const {
+      if (s == seq) return &desc;
+      if (s == 0 || s > seq || seq - s >= history) return nullptr;
+      return &past[s % history];
+    }
   };
   struct pending_descriptor {
     std::uint32_t channel, seq;
@@ -280,8 +293,9 @@ class stream_engine {
       std::lock_guard lock(desc_mutex_);
       auto& chans = book_[static_cast<std::size_t>(peer)];
       const auto it = chans.find(channel);
-      if (it != chans.end() && it->second.seq == seq) {
-        if (auto diff = first_difference(it->second.desc, d)) bad = mismatch_fault(peer, channel, seq, *diff);
+      const collective_descriptor* mine = it != chans.end() ? it->second.at(seq) : nullptr;
+      if (mine) {
+        if (auto diff = first_difference(*mine, d)) bad = mismatch_fault(peer, channel, seq, *diff);
       } else if (it == chans.end() || seq > it->second.seq) {
         auto& pend = pending_[static_cast<std::size_t>(peer)];
         if (pend.size() >= cfg_.limits.max_pending_descriptors) {
@@ -300,14 +314,19 @@ class stream_engine {
     return std::nullopt;
   }
 
-  // The sequence number (and the descriptor, once per collective) of the next message to dst.
-  std::uint32_t outgoing(int dst, std::uint32_t channel, std::optional<collective_descriptor>& desc) {
+  // The sequence number of the next message to dst, and the descriptor with the connections
+  // (bits of `conns`) whose first frame of this collective it is: the receiver compares it before
+  // any frame that follows on that connection, whatever order the connections deliver in.
+  std::uint32_t outgoing(int dst, std::uint32_t channel, std::uint64_t conns,
+                         std::optional<collective_descriptor>& desc, std::uint64_t& first_on) {
     std::lock_guard lock(desc_mutex_);
     auto& chans = book_[static_cast<std::size_t>(dst)];
     const auto it = chans.find(channel);
+    first_on = 0;
     if (it == chans.end()) return 0;
-    if (!it->second.sent) {
-      it->second.sent = true;
+    first_on = conns & ~it->second.sent;
+    if (first_on != 0) {
+      it->second.sent |= first_on;
       desc = it->second.desc;
     }
     return it->second.seq;
@@ -334,6 +353,7 @@ class stream_engine {
     std::uint64_t total = 0;
     std::vector<std::byte> bytes;
     bool complete = false;
+    bool failed = false;  // its single-copy payload could not be read
   };
   enum class rx_phase : std::uint8_t { header, payload };
   struct rx_state {
@@ -577,8 +597,10 @@ class stream_engine {
     const auto waiting_on = get_le<std::int32_t>(p + 8);
     const auto code = get_le<std::uint32_t>(p + 12);
     const auto channel = get_le<std::uint32_t>(p + 16);
+    const auto first = get_le<std::uint32_t>(p + 20);
     if (origin != static_cast<std::uint32_t>(peer) || blamed < -1 || blamed >= size_ || waiting_on < -1 ||
-        waiting_on >= size_ || code < 1 || code > static_cast<std::uint32_t>(errc::aborted))
+        waiting_on >= size_ || code < 1 || code > static_cast<std::uint32_t>(errc::aborted) ||
+        first >= static_cast<std::uint32_t>(size_))
       return protocol_fault(peer, errc::parse,
                             concat("abort frame with origin ", origin, ", blamed ", blamed, ", waiting_on ", waiting_on,
                                    ", code ", code));
@@ -605,7 +627,7 @@ class stream_engine {
     }
     fault f;
     f.code = errc::aborted;
-    f.origin = peer;
+    f.origin = static_cast<int>(first);
     f.blamed = blamed;
     f.channel = channel;
     f.detail = s[0];
@@ -667,7 +689,19 @@ class stream_engine {
           }
           if (rx.flags & frame_flag_remote) {  // single copy: read the payload from the sender's memory
             const auto addr = get_le<std::uint64_t>(rx.hdr.data() + rx.need - frame_remote_bytes);
-            if (rx.remaining > 0 && rx.target) link_.remote_read(peer, addr, rx.target, rx.remaining);
+            try {
+              if (rx.remaining > 0 && rx.target) link_.remote_read(peer, addr, rx.target, rx.remaining);
+            } catch (const error& e) {
+              // The sender's buffer is gone (it failed and unwound, or exited). Its abort frame
+              // may follow in the stream: fail only what this piece was for, and read on.
+              fault f;
+              f.code = errc::peer_failure;
+              f.blamed = peer;
+              f.detail = e.what();
+              if (rx.cur) fail(*rx.cur, f);
+              rx.cur = nullptr;
+              if (rx.cur_frame) rx.cur_frame->failed = true;
+            }
             rx.remaining = 0;
             link_.remote_ack(peer);
           }
@@ -725,9 +759,16 @@ class stream_engine {
         return;
       }
       auto why = check_request(r, frame_facts{f.seq, f.check, f.total, f.bytes.size()}, r.peer);
+      if (!why && f.failed) {
+        fault lost;
+        lost.code = errc::peer_failure;
+        lost.blamed = r.peer;
+        lost.detail = concat("the payload of a message from peer ", r.peer, " could not be read (the peer failed)");
+        why = lost;
+      }
       if (why) {
         fail(r, *why);
-        record_failure(*why);
+        if (why->code == errc::mismatch) record_failure(*why);
       } else {
         if (r.len) std::memcpy(r.dst, f.bytes.data(), r.len);
         r.done = true;
@@ -782,7 +823,8 @@ class stream_engine {
     put_le<std::int32_t>(body.data() + 8, waiting_on);
     put_le<std::uint32_t>(body.data() + 12, static_cast<std::uint32_t>(g.code));
     put_le<std::uint32_t>(body.data() + 16, g.channel);
-    const std::string reason = g.origin == rank_ ? concat("rank ", rank_, ": ", g.detail) : g.detail;
+    put_le<std::uint32_t>(body.data() + 20, static_cast<std::uint32_t>(g.origin));
+    const std::string& reason = g.detail;
     const std::array<const std::string*, 4> strings{&reason, &g.field, &g.here, &g.there};
     for (const std::string* s : strings) {
       const std::size_t len = std::min(s->size(), abort_max_string_bytes);
@@ -997,7 +1039,9 @@ class stream_engine {
     std::uint32_t sseq = 0;
     if (sending) {
       std::optional<collective_descriptor> desc;
-      const std::uint32_t seq = outgoing(dst, tag.channel, desc);
+      std::uint64_t first_on = 0;
+      const std::uint64_t used = npieces >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << npieces) - 1;
+      const std::uint32_t seq = outgoing(dst, tag.channel, used, desc, first_on);
       sseq = seq;
       for (std::size_t i = 0; i < npieces; ++i) {
         piece_out& po = pieces[i];
@@ -1007,7 +1051,7 @@ class stream_engine {
         po.remote = po.len >= link_.remote_min();
         std::uint8_t flags = 0;
         std::size_t at = frame_header_bytes;
-        if (i == 0 && desc) {
+        if (desc && (first_on >> i & 1u)) {
           flags |= frame_flag_descriptor;
           encode(*desc, std::span<std::byte, descriptor_wire_bytes>(po.hdr.data() + at, descriptor_wire_bytes));
           at += descriptor_wire_bytes;
@@ -1059,19 +1103,25 @@ class stream_engine {
           send_done = true;
           for (auto& po : pieces) {
             const std::size_t end = po.hdr_len + (po.remote ? 0 : po.len);
-            while (po.off < end) {
-              std::size_t n;
-              if (po.off < po.hdr_len) {
-                const io_part parts[2] = {{po.hdr.data() + po.off, po.hdr_len - po.off},
-                                          {po.data, po.remote ? 0 : po.len}};
-                n = link_.write_some(dst, po.conn, parts, 2);
-              } else {
-                const io_part part{po.data + (po.off - po.hdr_len), end - po.off};
-                n = link_.write_some(dst, po.conn, &part, 1);
+            try {
+              while (po.off < end) {
+                std::size_t n;
+                if (po.off < po.hdr_len) {
+                  const io_part parts[2] = {{po.hdr.data() + po.off, po.hdr_len - po.off},
+                                            {po.data, po.remote ? 0 : po.len}};
+                  n = link_.write_some(dst, po.conn, parts, 2);
+                } else {
+                  const io_part part{po.data + (po.off - po.hdr_len), end - po.off};
+                  n = link_.write_some(dst, po.conn, &part, 1);
+                }
+                if (n == 0) break;
+                po.off += n;
+                progressed += n;
               }
-              if (n == 0) break;
-              po.off += n;
-              progressed += n;
+            } catch (const error& e) {  // the stream to dst broke: dst is gone (or aborted and left)
+              failure = fault{static_cast<errc>(e.code().value()), dst, -1, tag.channel, sseq, e.what(), {}, {}, {}};
+              send_done = false;
+              break;
             }
             if (po.off < end) {
               send_done = false;
@@ -1080,6 +1130,7 @@ class stream_engine {
               if (link_.remote_acked(dst) < po.seq) send_done = false;
             }
           }
+          if (failure) break;
           if (send_done) {
             for (std::size_t i = 0; i < npieces; ++i) {
               tx_[index(dst, pieces[i].conn)]->partial = false;
@@ -1186,7 +1237,7 @@ class stream_engine {
       if (failure->code == errc::peer_failure && failure->blamed >= 0) {
         // A peer that aborts sends its reason, then closes: a write can fail before the reason is
         // read. Drain briefly so the report says why, not just "closed".
-        const deadline limit = clock_type::now() + std::chrono::milliseconds(100);
+        const deadline limit = clock_type::now() + cfg_.drain_window;
         while (!failed_.load(std::memory_order_acquire) && clock_type::now() < limit) {
           const auto ticket = link_.ticket();
           if (pump_all() == 0)

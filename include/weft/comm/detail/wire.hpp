@@ -80,7 +80,7 @@ inline constexpr std::uint8_t frame_flags_known = frame_flag_descriptor | frame_
 //   8   4    waiting_on  i32, the peer the origin was blocked on when it gave up, -1 none
 //   12  4    code        weft::errc
 //   16  4    channel     of the operation that failed
-//   20  4    reserved    0
+//   20  4    first       the rank that detected the failure first (origin, unless it relays another's)
 //   24  ...  four strings, each a u16 length then that many bytes: the reason, and for a
 //            disagreement the field, the origin's value and the blamed rank's value
 inline constexpr std::size_t abort_fixed_bytes = 24;
