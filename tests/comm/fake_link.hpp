@@ -48,7 +48,8 @@ struct fake_link {
     at += k;
     return k;
   }
-  std::uint64_t ticket() const { return 0; }
+  void commit_reads(int, int) {}
+  std::uint64_t prepare_wait() const { return 0; }
   void wait(std::uint64_t, weft::comm::deadline, int) {}
   void poke() {}
   void check_alive(int) {}

@@ -25,7 +25,8 @@
 namespace weft::comm {
 
 /// Reduces `data` element-wise over all ranks with `op`, in place; every rank ends with the same
-/// bits. `opt.algo` picks the algorithm (automatic: choose_allreduce with opt.model); the
+/// bits. `opt.algo` picks the algorithm (automatic: opt.table when it was measured for this rank
+/// count, else choose_allreduce with opt.model); the
 /// hierarchical algorithm needs opt.hosts (a host id per rank). Every rank must call it with the
 /// same count, dtype, op and options; a disagreement is errc::mismatch on the rank that sees it and
 /// errc::aborted on the others (on abortable transports), a silent peer errc::timeout.
@@ -41,8 +42,7 @@ void allreduce(Tr& t, std::span<T> data, Op op = {}, const options& opt = {}) {
           " ms");
   expects(opt.segment_bytes > 0, errc::invalid_argument, where, "segment_bytes must be positive");
   algorithm algo = opt.algo;
-  if (algo == algorithm::automatic)
-    algo = choose_allreduce(data.size_bytes(), p, opt.segment_bytes, opt.model ? *opt.model : cost_model{});
+  if (algo == algorithm::automatic) algo = resolve_automatic(data.size_bytes(), p, opt);
   if (algo == algorithm::hierarchical)
     expects(opt.hosts.size() == static_cast<std::size_t>(p), errc::invalid_argument, where,
             "hierarchical allreduce needs a host id for each of the ", p, " ranks, got ", opt.hosts.size());

@@ -108,19 +108,28 @@ inline std::string explain(const descriptor_difference& d, int peer) {
 inline constexpr std::size_t descriptor_wire_bytes = 48;
 
 namespace detail {
+/// Little-endian stores and loads of wire integers (one move on little-endian hosts).
 template <class T>
 void put_le(std::byte* p, T v) noexcept {
   static_assert(std::is_integral_v<T>);
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    p[i] = static_cast<std::byte>((static_cast<std::make_unsigned_t<T>>(v) >> (8 * i)) & 0xffu);
+  auto u = static_cast<std::make_unsigned_t<T>>(v);
+  if constexpr (std::endian::native == std::endian::big) {
+    for (std::size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<std::byte>((u >> (8 * i)) & 0xffu);
+  } else {
+    std::memcpy(p, &u, sizeof(T));
+  }
 }
 template <class T>
 T get_le(const std::byte* p) noexcept {
   static_assert(std::is_integral_v<T>);
-  std::make_unsigned_t<T> v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i)
-    v = static_cast<std::make_unsigned_t<T>>(v | (static_cast<std::make_unsigned_t<T>>(p[i]) << (8 * i)));
-  return static_cast<T>(v);
+  std::make_unsigned_t<T> u = 0;
+  if constexpr (std::endian::native == std::endian::big) {
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      u = static_cast<std::make_unsigned_t<T>>(u | (static_cast<std::make_unsigned_t<T>>(p[i]) << (8 * i)));
+  } else {
+    std::memcpy(&u, p, sizeof(T));
+  }
+  return static_cast<T>(u);
 }
 }  // namespace detail
 

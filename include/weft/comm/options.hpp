@@ -5,6 +5,7 @@
 
 #include <weft/comm/concepts.hpp>
 #include <weft/core/dtype.hpp>
+#include <weft/core/hash.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -40,6 +41,7 @@ constexpr std::string_view to_string(algorithm a) noexcept {
 }
 
 struct cost_model;
+struct tuning_table;
 
 /// How a rank blocked in a shm or tcp transport waits for its peers. Polling catches a peer that
 /// answers within microseconds without a system call or a wake-up, but a poller takes the core a
@@ -82,6 +84,9 @@ struct options {
   std::size_t segment_bytes = std::size_t{1} << 19;  ///< pipelining granularity of ring/tree/star/broadcast
   std::span<const int> hosts{};                      ///< host id of every rank (hierarchical)
   const cost_model* model = nullptr;                 ///< tuner's model; nullptr means the built-in default
+  /// Measured choices (autotune() in calibrate.hpp); when set and made for this rank count, it
+  /// decides automatic instead of the model.
+  const tuning_table* table = nullptr;
 };
 
 /// Which collective a message belongs to (part of the check word).
@@ -150,10 +155,14 @@ constexpr std::string_view op_name() noexcept {
 }
 
 /// The check word: bits 0-3 collective, 4-7 dtype, 8-11 algorithm, 12-31 a hash of the element
-/// count, the operator's name and the segment size. O(length of op name).
+/// count, the operator's name and the segment size. O(length of op name), constant-folded for a
+/// compile-time name.
 constexpr std::uint32_t make_check(collective c, dtype t, algorithm a, std::uint64_t count, std::string_view op_name,
                                    std::uint64_t segment_bytes) noexcept {
-  std::uint32_t h = detail::fnv1a(detail::fnv1a(detail::fnv1a(2166136261u, count), op_name), segment_bytes);
+  // The operator's name first (a compile-time constant in every collective, so it folds away), then
+  // two multiply-mix steps for the run-time numbers.
+  const std::uint64_t mixed = hash_combine(hash_combine(detail::fnv1a(2166136261u, op_name), count), segment_bytes);
+  const auto h = static_cast<std::uint32_t>(mixed >> 44);
   return (static_cast<std::uint32_t>(c) & 0xfu) | ((static_cast<std::uint32_t>(t) & 0xfu) << 4) |
          ((static_cast<std::uint32_t>(a) & 0xfu) << 8) | (h << 12);
 }

@@ -85,7 +85,8 @@ class shm_link {
         size_(size),
         ring_(ring_bytes),
         remote_min_(single_copy_min),
-        remote_posted_(static_cast<std::size_t>(size), 0) {}
+        remote_posted_(static_cast<std::size_t>(size), 0),
+        read_tail_(static_cast<std::size_t>(size), 0) {}
 
   static_assert(sizeof(shm_header) % 64 == 0 && sizeof(shm_doorbell) % 64 == 0 && sizeof(shm_ring_ctl) % 64 == 0);
   static std::size_t layout_bytes(int size, std::size_t ring_bytes) {
@@ -138,33 +139,47 @@ class shm_link {
     ring(peer);
     return done;
   }
+  /// Copies up to n bytes out of the ring from `peer`; the room is handed back to the writer by
+  /// commit_reads (once per pump, so a frame's header, descriptor and payload cost one fence).
   std::size_t read_some(int peer, int, std::byte* dst, std::size_t n) {
     auto& c = ctl(peer, rank_);
-    const std::uint64_t tail = c.tail.load(std::memory_order_relaxed);
+    std::uint64_t& tail = read_tail_[static_cast<std::size_t>(peer)];
     const std::uint64_t head = c.head.load(std::memory_order_acquire);
     const std::size_t len = std::min(static_cast<std::size_t>(head - tail), n);
     if (len == 0) return 0;
     copy_out(dst, data(peer, rank_), static_cast<std::size_t>(tail & (ring_ - 1)), len);
-    c.tail.store(tail + len, std::memory_order_release);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    tail += len;
+    return len;
+  }
+  /// Publishes what read_some consumed from `peer` and wakes the writer if it waits for room.
+  void commit_reads(int peer, int) {
+    auto& c = ctl(peer, rank_);
+    const std::uint64_t tail = read_tail_[static_cast<std::size_t>(peer)];
+    if (c.tail.load(std::memory_order_relaxed) == tail) return;
+    c.tail.store(tail, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with write_some's flag
     if (c.writer_waiting.load(std::memory_order_relaxed) != 0) {
       c.writer_waiting.store(0, std::memory_order_relaxed);
       ring(peer);
     }
-    return len;
   }
-  std::uint64_t ticket() const { return bell(rank_).seq.load(std::memory_order_seq_cst); }
-
-  /// Sleeps on this rank's doorbell until a peer rings it or `until` (the engine polls first).
-  void wait(std::uint64_t ticket, deadline until, int) {
+  /// Announces a sleeper on this rank's doorbell (so peers that change anything ring it from now
+  /// on) and returns its sequence; the engine then looks at everything once more before wait().
+  std::uint64_t prepare_wait() {
     auto& b = bell(rank_);
-    const auto t = static_cast<std::uint32_t>(ticket);
-    const auto now = clock_type::now();
-    if (now >= until) return;
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
-    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
     b.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (b.seq.load(std::memory_order_seq_cst) == t) futex(&b.seq, FUTEX_WAIT, t, &ts);
+    return b.seq.load(std::memory_order_seq_cst);
+  }
+  /// Sleeps on this rank's doorbell until a peer rings it or `until` (the engine polls first).
+  void wait(std::uint64_t token, deadline until, int) {
+    auto& b = bell(rank_);
+    const auto t = static_cast<std::uint32_t>(token);
+    const auto now = clock_type::now();
+    if (now < until) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
+      timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+      if (b.seq.load(std::memory_order_seq_cst) == t) futex(&b.seq, FUTEX_WAIT, t, &ts);
+    }
     b.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 
@@ -212,10 +227,17 @@ class shm_link {
   }
 
  private:
+  // After a change a peer may wait for (data, room, an acknowledgement): wakes r's sleepers. Dekker
+  // with prepare_wait: the change is ordered before the look at `sleepers` (the fence), and a
+  // sleeper announces itself before it looks at the state, so either it sees the change or we see
+  // it; nobody sleeping (the spinning, common case) costs no atomic read-modify-write.
   void ring(int r) {
     auto& b = bell(r);
-    b.seq.fetch_add(1, std::memory_order_seq_cst);
-    if (b.sleepers.load(std::memory_order_seq_cst) > 0) futex(&b.seq, FUTEX_WAKE, INT_MAX, nullptr);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (b.sleepers.load(std::memory_order_relaxed) > 0) {
+      b.seq.fetch_add(1, std::memory_order_seq_cst);
+      futex(&b.seq, FUTEX_WAKE, INT_MAX, nullptr);
+    }
   }
   void copy_in(std::byte* ring, std::size_t at, const std::byte* src, std::size_t len) const {
     const std::size_t first = std::min(len, ring_ - at);
@@ -232,6 +254,7 @@ class shm_link {
   std::size_t ring_;
   std::size_t remote_min_;
   std::vector<std::uint64_t> remote_posted_;  // per peer; touched only under the engine's write lock
+  std::vector<std::uint64_t> read_tail_;      // per peer: bytes read so far; under the engine's read lock
   clock_type::time_point last_alive_check_{};
 };
 

@@ -217,7 +217,8 @@ class tcp_link {
     weft::detail::raise(errc::peer_failure, "weft::comm::tcp_transport", "recv from peer ", peer, " (connection ", conn,
                         ") failed: ", std::strerror(errno));
   }
-  std::uint64_t ticket() const { return 0; }
+  void commit_reads(int, int) {}                    // recv(2) hands the room back itself
+  std::uint64_t prepare_wait() const { return 0; }  // the kernel keeps socket readiness: nothing to arm
   /// Sleeps in poll(2) until some socket is readable (or `write_peer`'s writable) or `until`.
   void wait(std::uint64_t, deadline until, int write_peer) {
     thread_local std::vector<pollfd> pfds;

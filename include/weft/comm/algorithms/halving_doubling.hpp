@@ -27,7 +27,7 @@ void halving_doubling_allreduce(Ctx& c, std::span<T> data, const Op& op, std::si
   int pp = 1;
   while (pp * 2 <= p) pp *= 2;
   const int rem = p - pp;
-  std::vector<T> tmp(n);
+  scratch<T> tmp(n);
   int vrank;
   if (r < 2 * rem) {
     c.phase("halving-doubling fold");

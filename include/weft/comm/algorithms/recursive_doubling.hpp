@@ -27,7 +27,7 @@ void recursive_doubling_allreduce(Ctx& c, std::span<T> data, const Op& op, std::
   int pp = 1;
   while (pp * 2 <= p) pp *= 2;
   const int rem = p - pp;
-  std::vector<T> tmp(n);
+  scratch<T> tmp(n);
   std::span<T> in(tmp.data(), n);
   int vrank;
   if (r < 2 * rem) {

@@ -26,7 +26,7 @@ void ring_allreduce(Ctx& c, std::span<T> data, const Op& op, std::size_t contrib
   }
   const std::size_t max_chunk = chunk_size(n, P, 0);
   const std::size_t segs = std::max<std::size_t>(1, (max_chunk + seg - 1) / seg);
-  std::vector<T> tmp(std::min(seg, max_chunk));
+  scratch<T> tmp(std::min(seg, max_chunk));
   auto piece = [&](int chunk, std::size_t j) {
     const auto ci = static_cast<std::size_t>(chunk);
     const std::size_t len = chunk_size(n, P, ci), lo = std::min(len, j * seg), hi = std::min(len, lo + seg);

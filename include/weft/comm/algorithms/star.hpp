@@ -20,7 +20,7 @@ void star_reduce(Ctx& c, std::span<T> data, const Op& op, std::size_t contributi
   const int p = c.size(), r = c.rank();
   const std::size_t n = data.size();
   const std::size_t segs = std::max<std::size_t>(1, (n + seg - 1) / seg);
-  std::vector<T> tmp(r == 0 ? std::min(seg, n) : 0);
+  scratch<T> tmp(r == 0 ? std::min(seg, n) : 0);
   for (std::size_t j = 0; j < segs; ++j) {
     c.phase("star reduce", static_cast<int>(j));
     const std::size_t lo = std::min(n, j * seg), hi = std::min(n, lo + seg);

@@ -58,7 +58,7 @@ void tree_allreduce(Ctx& c, std::span<T> data, const Op& op, std::size_t contrib
   const std::array<tree_links, 2> links{double_tree_links(p, r, 0), double_tree_links(p, r, 1)};
   const std::size_t longest = parts[1].size();
   const std::size_t segs = std::max<std::size_t>(1, (longest + seg - 1) / seg);
-  std::vector<T> tmp(std::min(seg, longest));
+  scratch<T> tmp(std::min(seg, longest));
   auto piece = [&](int t, std::size_t j) {
     const auto& part = parts[static_cast<std::size_t>(t)];
     const std::size_t lo = std::min(part.size(), j * seg), hi = std::min(part.size(), lo + seg);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -186,6 +187,48 @@ void reduce_from_left(std::span<T> acc, std::span<const T> in, const Op& op) {
   for (std::size_t i = 0; i < acc.size(); ++i)
     acc[i] = static_cast<T>(op(static_cast<A>(in[i]), static_cast<A>(acc[i])));
 }
+
+/// Scratch space for received data: up to 64 KiB comes from a buffer this thread keeps (so a
+/// small collective allocates nothing), more (or a second scratch alive at once) from the heap.
+/// Contents are unspecified until written. Not copyable; O(1) unless it allocates.
+template <class T>
+class scratch {
+ public:
+  static constexpr std::size_t pooled_bytes = std::size_t{64} << 10;
+  explicit scratch(std::size_t n) : n_(n) {
+    auto& s = slot();
+    if (n * sizeof(T) <= pooled_bytes && !s.busy) {
+      if (!s.bytes) s.bytes = std::make_unique<std::byte[]>(pooled_bytes);
+      s.busy = true;
+      pooled_ = &s;
+      data_ = reinterpret_cast<T*>(s.bytes.get());  // implicit-lifetime element types (arithmetic, half, bf16)
+    } else {
+      heap_ = std::make_unique_for_overwrite<T[]>(n);
+      data_ = heap_.get();
+    }
+  }
+  scratch(const scratch&) = delete;
+  scratch& operator=(const scratch&) = delete;
+  ~scratch() {
+    if (pooled_) pooled_->busy = false;
+  }
+  std::span<T> span() noexcept { return {data_, n_}; }
+  T* data() noexcept { return data_; }
+
+ private:
+  struct pool_slot {
+    std::unique_ptr<std::byte[]> bytes;
+    bool busy = false;
+  };
+  static pool_slot& slot() {
+    static thread_local pool_slot s;
+    return s;
+  }
+  std::size_t n_;
+  T* data_ = nullptr;
+  pool_slot* pooled_ = nullptr;
+  std::unique_ptr<T[]> heap_;
+};
 
 template <class T>
 std::span<const T> as_const(std::span<T> s) noexcept {

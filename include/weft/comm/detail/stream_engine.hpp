@@ -81,6 +81,28 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
+/// A lock for the engine's short critical sections (a stream's parse state, a stream's write
+/// side, the collective book): one atomic exchange to take, one store to release, so an
+/// uncontended message costs a few nanoseconds per lock; a waiter spins briefly, then yields.
+class spin_lock {
+ public:
+  bool try_lock() noexcept {
+    return !busy_.load(std::memory_order_relaxed) && !busy_.exchange(true, std::memory_order_acquire);
+  }
+  void lock() noexcept {
+    for (int i = 0; !try_lock(); ++i) {
+      if (i < 64)
+        cpu_relax();
+      else
+        std::this_thread::yield();
+    }
+  }
+  void unlock() noexcept { busy_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> busy_{false};
+};
+
 /// A fixed-capacity-first array: N elements inline, more on the heap. Elements are
 /// value-initialised. Used so a small message allocates nothing.
 template <class T, std::size_t N>
@@ -106,12 +128,14 @@ class small_array {
 ///    bytes without blocking and returns how many (0 = would block); throws weft::error when the
 ///    stream failed;
 ///  - read_some(peer, conn, dst, n): reads up to n bytes without blocking (0 = none yet); throws
-///    weft::error when the stream failed or ended;
+///    weft::error when the stream failed or ended; commit_reads(peer, conn) then hands the room
+///    back to the writer (once per pump of the stream);
 ///  - stage_bytes: 0 to read straight into the destination, else the size of a per-stream staging
 ///    buffer (tcp: one recv(2) takes a header and a small payload together);
-///  - ticket(), wait(ticket, until, write_peer): returns when progress may be possible (or at
-///    until); poke() wakes this rank's own waiters; check_alive(peer) throws when the peer's
-///    process is gone;
+///  - prepare_wait() then wait(token, until, write_peer): the engine arms the wake-up, tries
+///    everything once more, then waits (returning at once when until has passed) until a peer may
+///    have made progress possible (or until); every prepare_wait is followed by one wait. poke()
+///    wakes this rank's own waiters; check_alive(peer) throws when the peer's process is gone;
 ///  - the single-copy hooks: remote_min() (pieces at least this big are read by the receiver from
 ///    the sender's memory; SIZE_MAX: never), remote_read(peer, addr, dst, n), remote_ack(peer),
 ///    remote_post(peer) and remote_acked(peer) (counts of such pieces posted to / read by peer);
@@ -129,6 +153,9 @@ class stream_engine {
         name_(name),
         cfg_(cfg),
         mode_(resolve_wait_mode(cfg.waiting.mode, cfg.local_ranks > 0 ? cfg.local_ranks : size)),
+        poll_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(mode_ == wait_mode::yield ? cfg.waiting.yield
+                                                                                                : cfg.waiting.spin)
+                     .count()),
         book_(static_cast<std::size_t>(size)),
         pending_(static_cast<std::size_t>(size)),
         status_(static_cast<std::size_t>(size)) {
@@ -223,8 +250,27 @@ class stream_engine {
 
   bool aborted() const noexcept { return failed_.load(std::memory_order_acquire); }
   wait_mode waiting() const noexcept { return mode_; }
+  /// How long a waiter polls before it sleeps, right now (adapted to how often polling paid off).
+  std::chrono::nanoseconds poll_budget() const noexcept {
+    return std::chrono::nanoseconds(poll_ns_.load(std::memory_order_relaxed));
+  }
 
  private:
+  // Adaptive polling (as adaptive mutexes spin): a wait whose polling ended in progress doubles the
+  // budget (up to the configured one), one that had to sleep anyway halves it, down to an eighth of
+  // the configured budget — still longer than a futex or poll wake-up, so when two ranks have both
+  // fallen back to sleeping, the answer to a woken one lands within the budget and polling recovers.
+  // A rank whose peers answer within microseconds keeps polling; one on a busy host polls less.
+  void adapt_poll(bool paid_off) noexcept {
+    const std::int64_t top = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 mode_ == wait_mode::yield ? cfg_.waiting.yield : cfg_.waiting.spin)
+                                 .count();
+    const std::int64_t floor = top / 8;
+    const std::int64_t cur = poll_ns_.load(std::memory_order_relaxed);
+    const std::int64_t next = paid_off ? std::min(top, cur * 2) : std::max(floor, cur / 2);
+    if (next != cur) poll_ns_.store(next, std::memory_order_relaxed);
+  }
+
   // ---- failures --------------------------------------------------------------------------------
   // A failure as the engine knows it before it becomes a comm_error.
   struct fault {
@@ -314,30 +360,6 @@ class stream_engine {
     return std::nullopt;
   }
 
-  // The sequence number of the next message to dst, and the descriptor with the connections
-  // (bits of `conns`) whose first frame of this collective it is: the receiver compares it before
-  // any frame that follows on that connection, whatever order the connections deliver in.
-  std::uint32_t outgoing(int dst, std::uint32_t channel, std::uint64_t conns,
-                         std::optional<collective_descriptor>& desc, std::uint64_t& first_on) {
-    std::lock_guard lock(desc_mutex_);
-    auto& chans = book_[static_cast<std::size_t>(dst)];
-    const auto it = chans.find(channel);
-    first_on = 0;
-    if (it == chans.end()) return 0;
-    first_on = conns & ~it->second.sent;
-    if (first_on != 0) {
-      it->second.sent |= first_on;
-      desc = it->second.desc;
-    }
-    return it->second.seq;
-  }
-  std::uint32_t expected_seq(int src, std::uint32_t channel) {
-    std::lock_guard lock(desc_mutex_);
-    auto& chans = book_[static_cast<std::size_t>(src)];
-    const auto it = chans.find(channel);
-    return it == chans.end() ? 0 : it->second.seq;
-  }
-
   // ---- streams --------------------------------------------------------------------------------
   struct request {
     std::uint32_t channel = 0, check = 0, seq = 0;
@@ -346,7 +368,7 @@ class stream_engine {
     std::size_t len = 0;
     int peer = 0, conn = 0;
     bool done = false, failed = false, deferred = false, posted = false;
-    fault why;
+    std::optional<fault> why;  // set when failed
   };
   struct frame {
     std::uint32_t check = 0, seq = 0;
@@ -357,7 +379,7 @@ class stream_engine {
   };
   enum class rx_phase : std::uint8_t { header, payload };
   struct rx_state {
-    std::mutex m;
+    spin_lock m;
     rx_phase phase = rx_phase::header;
     std::array<std::byte, frame_header_bytes + descriptor_wire_bytes + frame_remote_bytes> hdr{};
     std::size_t got = 0, need = frame_header_bytes;
@@ -379,7 +401,7 @@ class stream_engine {
     fault close_why;
   };
   struct tx_state {
-    std::mutex m;
+    spin_lock m;
     bool partial = false;  // a message is half written (nothing else may go on this stream)
   };
   struct piece_out {
@@ -406,7 +428,7 @@ class stream_engine {
     if (r.done) return;
     r.failed = true;
     r.done = true;
-    r.why = f;
+    r.why.emplace(f);
   }
 
   void close_rx(rx_state& rx, const fault& f) {
@@ -666,6 +688,14 @@ class stream_engine {
   // when the stream failed, so the caller looks at its requests).
   std::size_t pump(rx_state& rx, int peer, int conn) {
     std::size_t progressed = 0;
+    struct commit_guard {  // hand the consumed room back once, on every way out
+      Link& link;
+      int peer, conn;
+      std::size_t& progressed;
+      ~commit_guard() {
+        if (progressed > 0) link.commit_reads(peer, conn);
+      }
+    } commit{link_, peer, conn, progressed};
     try {
       while (!rx.closed) {
         if (rx.phase == rx_phase::header) {
@@ -733,6 +763,14 @@ class stream_engine {
       ++progressed;
     }
     return progressed;
+  }
+
+  // Reads every stream; when nothing came, sleeps until something may have (or until).
+  void pump_or_sleep(deadline until, int write_peer = -1) {
+    if (pump_all() > 0) return;
+    const auto token = link_.prepare_wait();
+    const bool moved = pump_all() > 0;
+    link_.wait(token, moved ? clock_type::now() : until, write_peer);
   }
 
   std::size_t pump_all() {
@@ -846,7 +884,6 @@ class stream_engine {
         const std::size_t end = h.size() + body.size();
         try {
           while (off < end && clock_type::now() < until) {
-            const auto ticket = link_.ticket();
             std::size_t n;
             if (off < h.size()) {
               const io_part parts[2] = {{h.data() + off, h.size() - off}, {body.data(), body.size()}};
@@ -856,10 +893,7 @@ class stream_engine {
               n = link_.write_some(q, k, &part, 1);
             }
             off += n;
-            if (n == 0) {
-              pump_all();
-              link_.wait(ticket, std::min(until, clock_type::now() + std::chrono::milliseconds(5)), q);
-            }
+            if (n == 0) pump_or_sleep(std::min(until, clock_type::now() + std::chrono::milliseconds(5)), q);
           }
         } catch (const error&) {  // that peer is gone already
         }
@@ -930,8 +964,7 @@ class stream_engine {
           blamed = *who;
           break;
         }
-        const auto ticket = link_.ticket();
-        if (pump_all() == 0) link_.wait(ticket, std::min(limit, clock_type::now() + std::chrono::milliseconds(2)), -1);
+        pump_or_sleep(std::min(limit, clock_type::now() + std::chrono::milliseconds(2)));
       }
     }
     shut_down();
@@ -1006,8 +1039,34 @@ class stream_engine {
     if (failed_.load(std::memory_order_acquire)) raise_group(op, sending ? dst : -1, src, tag, -1);
     // Receive side: one request per piece.
     const std::size_t nreq = src >= 0 ? static_cast<std::size_t>(pieces_for(in.size())) : 0;
-    small_array<request, 4> reqs(nreq);
-    const std::uint32_t rseq = src >= 0 ? expected_seq(src, tag.channel) : 0;
+    small_array<request, 2> reqs(nreq);
+    // The collective book, looked at once: the sequence this receive expects, and what the send
+    // carries (its sequence, the descriptor for the connections it is the first frame on).
+    const std::size_t npieces = sending ? static_cast<std::size_t>(pieces_for(out.size())) : 0;
+    std::uint32_t rseq = 0, sseq = 0;
+    std::optional<collective_descriptor> desc;
+    std::uint64_t first_on = 0;
+    {
+      std::lock_guard lock(desc_mutex_);
+      if (src >= 0) {
+        auto& chans = book_[static_cast<std::size_t>(src)];
+        const auto it = chans.find(tag.channel);
+        if (it != chans.end()) rseq = it->second.seq;
+      }
+      if (sending) {
+        auto& chans = book_[static_cast<std::size_t>(dst)];
+        const auto it = chans.find(tag.channel);
+        if (it != chans.end()) {
+          const std::uint64_t used = npieces >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << npieces) - 1;
+          sseq = it->second.seq;
+          first_on = used & ~it->second.sent;
+          if (first_on != 0) {
+            it->second.sent |= first_on;
+            desc = it->second.desc;
+          }
+        }
+      }
+    }
     for (std::size_t i = 0; i < nreq; ++i) {
       request& r = reqs[i];
       r.channel = tag.channel;
@@ -1024,7 +1083,7 @@ class stream_engine {
     }
     struct detach_guard {
       stream_engine* e;
-      small_array<request, 4>* reqs;
+      small_array<request, 2>* reqs;
       ~detach_guard() {
         for (auto& r : *reqs)
           if (!r.done) e->detach(r);
@@ -1033,16 +1092,10 @@ class stream_engine {
 
     // Send side: one piece per connection used; the connections' write locks are held until the
     // whole message is out, so frames of different threads never interleave.
-    const std::size_t npieces = sending ? static_cast<std::size_t>(pieces_for(out.size())) : 0;
-    small_array<piece_out, 4> pieces(npieces);
-    small_array<std::unique_lock<std::mutex>, 4> tx_locks(npieces);
-    std::uint32_t sseq = 0;
+    small_array<piece_out, 2> pieces(npieces);
+    small_array<std::unique_lock<spin_lock>, 2> tx_locks(npieces);
     if (sending) {
-      std::optional<collective_descriptor> desc;
-      std::uint64_t first_on = 0;
-      const std::uint64_t used = npieces >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << npieces) - 1;
-      const std::uint32_t seq = outgoing(dst, tag.channel, used, desc, first_on);
-      sseq = seq;
+      const std::uint32_t seq = sseq;
       for (std::size_t i = 0; i < npieces; ++i) {
         piece_out& po = pieces[i];
         po.conn = static_cast<int>(i);
@@ -1064,7 +1117,7 @@ class stream_engine {
         }
         encode_header(po.hdr.data(), frame_kind::data, flags, tag.channel, seq, tag.check, out.size(), po.len);
         po.hdr_len = at;
-        tx_locks[i] = std::unique_lock<std::mutex>(tx_[index(dst, po.conn)]->m, std::defer_lock);
+        tx_locks[i] = std::unique_lock<spin_lock>(tx_[index(dst, po.conn)]->m, std::defer_lock);
       }
     }
 
@@ -1072,33 +1125,26 @@ class stream_engine {
     int waiting_on = -1;
     {
       std::size_t locked = 0;
-      bool sent_all = !sending;
-      auto idle_since = clock_type::now();
-      for (;;) {
-        const auto ticket = link_.ticket();
+      bool sent_all = !sending, send_done = !sending, recv_done = nreq == 0;
+      // One attempt at everything: take the write locks (in connection order), write, look at the
+      // single-copy acknowledgements, read every stream. Returns the progress made.
+      auto step = [&]() -> std::size_t {
         std::size_t progressed = 0;
-        // Take the write locks in connection order (pumping while another thread holds one).
         while (locked < npieces && tx_locks[locked].try_lock()) {
           auto& tx = *tx_[index(dst, pieces[locked].conn)];
           if (tx.partial) {  // an earlier message was cut off on this stream: it cannot carry more
             tx_locks[locked].unlock();
-            failure = fault{errc::aborted,
-                            -1,
-                            -1,
-                            tag.channel,
-                            0,
-                            concat("connection ", pieces[locked].conn, " to peer ", dst,
-                                   " was cut off mid-message by an earlier failure"),
-                            {},
-                            {},
-                            {}};
-            break;
+            fault f;
+            f.code = errc::aborted;
+            f.channel = tag.channel;
+            f.detail = concat("connection ", pieces[locked].conn, " to peer ", dst,
+                              " was cut off mid-message by an earlier failure");
+            failure = f;
+            return 1;
           }
           tx.partial = true;
           ++locked;
         }
-        if (failure) break;
-        bool send_done = sent_all;
         if (!sent_all && locked == npieces) {
           send_done = true;
           for (auto& po : pieces) {
@@ -1119,9 +1165,15 @@ class stream_engine {
                 progressed += n;
               }
             } catch (const error& e) {  // the stream to dst broke: dst is gone (or aborted and left)
-              failure = fault{static_cast<errc>(e.code().value()), dst, -1, tag.channel, sseq, e.what(), {}, {}, {}};
+              fault f;
+              f.code = static_cast<errc>(e.code().value());
+              f.blamed = dst;
+              f.channel = tag.channel;
+              f.sequence = sseq;
+              f.detail = e.what();
+              failure = f;
               send_done = false;
-              break;
+              return progressed + 1;
             }
             if (po.off < end) {
               send_done = false;
@@ -1130,7 +1182,6 @@ class stream_engine {
               if (link_.remote_acked(dst) < po.seq) send_done = false;
             }
           }
-          if (failure) break;
           if (send_done) {
             for (std::size_t i = 0; i < npieces; ++i) {
               tx_[index(dst, pieces[i].conn)]->partial = false;
@@ -1138,22 +1189,35 @@ class stream_engine {
             }
             if (npieces > 0) link_.poke();  // a thread of ours may wait for these locks
             sent_all = true;
+            ++progressed;
           }
         }
         progressed += pump_all();
-        bool recv_done = true;
+        recv_done = true;
         for (auto& r : reqs) {
           if (r.deferred) {
             auto& rx = *rx_[index(r.peer, r.conn)];
             std::lock_guard lock(rx.m);
             post(rx, r);
           }
-          if (r.failed && !failure) failure = r.why;
+          if (r.failed && !failure) failure = *r.why;
           if (!r.done) recv_done = false;
         }
+        return progressed;
+      };
+      auto idle_since = clock_type::time_point::min();  // set at the first idle turn
+      unsigned spins = 0;
+      bool polled = false;  // this wait polled (spun or yielded) instead of sleeping at once
+      const auto budget = std::chrono::nanoseconds(poll_ns_.load(std::memory_order_relaxed));
+      for (;;) {
+        const std::size_t progressed = step();
         waiting_on = !recv_done ? src : (!send_done ? dst : -1);
         if (failure) break;
         if (send_done && recv_done) return;
+        if (progressed == 0 && mode_ == wait_mode::spin && locked == npieces && (++spins & 15u) != 0) {
+          cpu_relax();  // the clock, the deadline and the policy are looked at every 16th idle turn
+          continue;
+        }
         if (failed_.load(std::memory_order_acquire)) break;
         const auto now = clock_type::now();
         if (now >= until) {
@@ -1162,19 +1226,18 @@ class stream_engine {
             sent += po.remote ? (po.seq != 0 && link_.remote_acked(dst) >= po.seq ? po.len : 0)
                               : (po.off >= po.hdr_len ? po.off - po.hdr_len : 0);
           for (auto& r : reqs) got += r.done ? r.len : 0;
-          failure = fault{errc::timeout,
-                          -1,
-                          -1,
-                          tag.channel,
-                          rseq,
-                          concat("deadline passed with ", sent, " of ", out.size(), " bytes sent and ", got, " of ",
-                                 in.size(), " bytes received (waiting on rank ", waiting_on, ")"),
-                          {},
-                          {},
-                          {}};
+          fault f;
+          f.code = errc::timeout;
+          f.channel = tag.channel;
+          f.sequence = rseq;
+          f.detail = concat("deadline passed with ", sent, " of ", out.size(), " bytes sent and ", got, " of ",
+                            in.size(), " bytes received (waiting on rank ", waiting_on, ")");
+          failure = f;
           break;
         }
-        if (progressed > 0) {
+        if (progressed > 0 || idle_since == clock_type::time_point::min()) {
+          if (progressed > 0 && polled) adapt_poll(true);  // polling paid off: poll as long next time
+          polled = false;
           idle_since = now;
           continue;
         }
@@ -1184,26 +1247,38 @@ class stream_engine {
         } catch (const error& e) {
           // Its last bytes may have landed between our look and its exit: look once more.
           if (pump_all() == 0) {
-            failure =
-                fault{static_cast<errc>(e.code().value()), waiting_on, -1, tag.channel, rseq, e.what(), {}, {}, {}};
+            fault f;
+            f.code = static_cast<errc>(e.code().value());
+            f.blamed = waiting_on;
+            f.channel = tag.channel;
+            f.sequence = rseq;
+            f.detail = e.what();
+            failure = f;
             break;
           }
           continue;
         }
-        if (locked < npieces) {  // another thread of ours is writing to dst: look again soon
-          link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(1)), -1);
-          continue;
-        }
         const auto idle = now - idle_since;
-        if (mode_ == wait_mode::spin && idle < cfg_.waiting.spin) {
-          for (int i = 0; i < 16; ++i) cpu_relax();
-          continue;
+        if (locked == npieces && idle < budget) {  // (else another thread of ours writes to dst: sleep briefly)
+          if (mode_ == wait_mode::spin) {
+            polled = true;
+            continue;
+          }
+          if (mode_ == wait_mode::yield) {
+            polled = true;
+            std::this_thread::yield();
+            continue;
+          }
         }
-        if (mode_ == wait_mode::yield && idle < cfg_.waiting.yield) {
-          std::this_thread::yield();
-          continue;
-        }
-        link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(50)), send_done ? -1 : dst);
+        if (polled) adapt_poll(false);  // polled in vain: poll less next time (the host may be busy)
+        polled = false;
+        // Sleep: arm the link's wake-up, try everything once more (so nothing that happened in
+        // between is missed), and sleep only if that made no progress.
+        const auto slice = locked < npieces ? std::chrono::milliseconds(1) : std::chrono::milliseconds(50);
+        const auto token = link_.prepare_wait();
+        const bool moved = step() > 0 || failure.has_value();
+        link_.wait(token, moved ? now : std::min(until, now + slice), send_done ? -1 : dst);
+        if (moved) idle_since = clock_type::now();
       }
       // On the way out with a failure: a half-written message stays marked partial on its stream.
       for (std::size_t i = 0; i < npieces; ++i)
@@ -1238,11 +1313,8 @@ class stream_engine {
         // A peer that aborts sends its reason, then closes: a write can fail before the reason is
         // read. Drain briefly so the report says why, not just "closed".
         const deadline limit = clock_type::now() + cfg_.drain_window;
-        while (!failed_.load(std::memory_order_acquire) && clock_type::now() < limit) {
-          const auto ticket = link_.ticket();
-          if (pump_all() == 0)
-            link_.wait(ticket, std::min(limit, clock_type::now() + std::chrono::milliseconds(2)), -1);
-        }
+        while (!failed_.load(std::memory_order_acquire) && clock_type::now() < limit)
+          pump_or_sleep(std::min(limit, clock_type::now() + std::chrono::milliseconds(2)));
       }
       record_failure(*failure);
     }
@@ -1255,10 +1327,11 @@ class stream_engine {
   const char* name_;
   engine_config cfg_;
   wait_mode mode_;
+  std::atomic<std::int64_t> poll_ns_;
   std::vector<std::unique_ptr<rx_state>> rx_;
   std::vector<std::unique_ptr<tx_state>> tx_;
   // Collective bookkeeping (desc_mutex_, a leaf lock).
-  std::mutex desc_mutex_;
+  spin_lock desc_mutex_;
   std::vector<std::unordered_map<std::uint32_t, peer_channel>> book_;
   std::vector<std::vector<pending_descriptor>> pending_;
   // The group's failure and the ranks' reports (fail_mutex_, a leaf lock).
