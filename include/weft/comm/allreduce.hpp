@@ -24,6 +24,17 @@
 
 namespace weft::comm {
 
+/// Frees the scratch buffer the calling thread keeps for collectives (up to 16 MiB, grown to the
+/// largest segment or half-message it needed), e.g. after the last collective of a thread that
+/// lives on. The next collective on this thread allocates it again. O(1). Thread-safe (per thread).
+inline void release_scratch() noexcept {
+  auto& p = detail::scratch_pool::mine();
+  if (!p.busy) {
+    p.bytes.reset();
+    p.capacity = 0;
+  }
+}
+
 /// Reduces `data` element-wise over all ranks with `op`, in place; every rank ends with the same
 /// bits. `opt.algo` picks the algorithm (automatic: opt.table when it was measured for this rank
 /// count, else choose_allreduce with opt.model); the

@@ -104,21 +104,27 @@ tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
   for (std::size_t bytes : order) {
     std::span<float> data(buf.data(), bytes / sizeof(float));
     const int calls = static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 20) / bytes, 1, 200));
-    std::vector<double> medians;
-    for (algorithm a : candidates) {
+    auto opts_for = [&](algorithm a) {
       options o = opt;
       o.algo = a;
       o.table = nullptr;
-      allreduce(t, data, op::sum{}, o);  // warm-up: connections, scratch, caches
-      std::vector<double> batch;
-      for (int rep = 0; rep < reps; ++rep) {
+      return o;
+    };
+    for (algorithm a : candidates) allreduce(t, data, op::sum{}, opts_for(a));  // warm-up
+    // Round-robin over the candidates, so a slow spell of a shared host hits them all alike.
+    std::vector<std::vector<double>> batches(candidates.size());
+    for (int rep = 0; rep < reps; ++rep)
+      for (std::size_t c = 0; c < candidates.size(); ++c) {
+        const options o = opts_for(candidates[c]);
         barrier(t, o);
         const auto t0 = clock_type::now();
         for (int i = 0; i < calls; ++i) allreduce(t, data, op::sum{}, o);
-        batch.push_back(std::chrono::duration<double>(clock_type::now() - t0).count() / calls);
+        batches[c].push_back(std::chrono::duration<double>(clock_type::now() - t0).count() / calls);
       }
-      std::nth_element(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(batch.size() / 2), batch.end());
-      medians.push_back(batch[batch.size() / 2]);
+    std::vector<double> medians;
+    for (auto& b : batches) {
+      std::nth_element(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(b.size() / 2), b.end());
+      medians.push_back(b[b.size() / 2]);
     }
     options m = opt;
     m.algo = algorithm::ring;

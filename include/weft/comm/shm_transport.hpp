@@ -86,7 +86,8 @@ class shm_link {
         ring_(ring_bytes),
         remote_min_(single_copy_min),
         remote_posted_(static_cast<std::size_t>(size), 0),
-        read_tail_(static_cast<std::size_t>(size), 0) {}
+        read_tail_(static_cast<std::size_t>(size), 0),
+        seen_tail_(static_cast<std::size_t>(size), 0) {}
 
   static_assert(sizeof(shm_header) % 64 == 0 && sizeof(shm_doorbell) % 64 == 0 && sizeof(shm_ring_ctl) % 64 == 0);
   static std::size_t layout_bytes(int size, std::size_t ring_bytes) {
@@ -117,11 +118,17 @@ class shm_link {
   std::size_t write_some(int peer, int, const io_part* parts, int count) {
     auto& c = ctl(rank_, peer);
     const std::uint64_t head = c.head.load(std::memory_order_relaxed);
-    std::uint64_t tail = c.tail.load(std::memory_order_acquire);
+    // The consumer's tail as last seen: looking at the real one costs a cache line from the other
+    // core, so it is read only when the ring looks too full.
+    std::uint64_t& tail = seen_tail_[static_cast<std::size_t>(peer)];
     std::size_t want = 0;
     for (int i = 0; i < count; ++i) want += parts[i].len;
     std::size_t room = ring_ - static_cast<std::size_t>(head - tail);
-    if (room < want) {  // Dekker with read_some: either we see its new tail or it sees the flag
+    if (room < want) {
+      tail = c.tail.load(std::memory_order_acquire);
+      room = ring_ - static_cast<std::size_t>(head - tail);
+    }
+    if (room < want) {  // Dekker with commit_reads: either we see its new tail or it sees the flag
       c.writer_waiting.store(1, std::memory_order_seq_cst);
       tail = c.tail.load(std::memory_order_seq_cst);
       room = ring_ - static_cast<std::size_t>(head - tail);
@@ -255,6 +262,7 @@ class shm_link {
   std::size_t remote_min_;
   std::vector<std::uint64_t> remote_posted_;  // per peer; touched only under the engine's write lock
   std::vector<std::uint64_t> read_tail_;      // per peer: bytes read so far; under the engine's read lock
+  std::vector<std::uint64_t> seen_tail_;      // per peer: its tail as last read; under the write lock
   clock_type::time_point last_alive_check_{};
 };
 

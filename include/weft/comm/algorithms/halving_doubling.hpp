@@ -14,8 +14,8 @@
 namespace weft::comm::detail {
 
 /// Recursive halving (reduce-scatter) then recursive doubling (allgather) among the largest
-/// power of two p' <= p ranks; the first 2(p - p') ranks first fold pairwise (even into odd) and
-/// get the result back at the end, so any p works.
+/// power of two p' <= p ranks (scratch: n/2 elements); the first 2(p - p') ranks first fold pairwise (even into odd)
+/// and get the result back at the end, so any p works.
 template <class Ctx, class T, class Op>
 void halving_doubling_allreduce(Ctx& c, std::span<T> data, const Op& op, std::size_t contributions) {
   const int p = c.size(), r = c.rank();
@@ -27,17 +27,23 @@ void halving_doubling_allreduce(Ctx& c, std::span<T> data, const Op& op, std::si
   int pp = 1;
   while (pp * 2 <= p) pp *= 2;
   const int rem = p - pp;
-  scratch<T> tmp(n);
+  // Scratch for half the data: the largest piece received (the first halving step's; the fold
+  // sends its data in two halves).
+  const std::size_t half = n - n / 2;
+  scratch<T> tmp(half);
   int vrank;
   if (r < 2 * rem) {
     c.phase("halving-doubling fold");
+    const std::array<std::span<T>, 2> halves{data.first(half), data.subspan(half)};
     if (r % 2 == 0) {
-      c.send(r + 1, as_const(data));
+      for (auto h : halves) c.send(r + 1, as_const(h));
       vrank = -1;
     } else {
-      std::span<T> in(tmp.data(), n);
-      c.recv(r - 1, in);
-      reduce(data, as_const(in), op);
+      for (auto h : halves) {
+        std::span<T> in(tmp.data(), h.size());
+        c.recv(r - 1, in);
+        reduce(h, as_const(in), op);
+      }
       vrank = r / 2;
     }
   } else {

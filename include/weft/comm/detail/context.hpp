@@ -12,6 +12,7 @@
 #include <weft/core/reduce_ops.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -188,17 +189,33 @@ void reduce_from_left(std::span<T> acc, std::span<const T> in, const Op& op) {
     acc[i] = static_cast<T>(op(static_cast<A>(in[i]), static_cast<A>(acc[i])));
 }
 
-/// Scratch space for received data: up to 64 KiB comes from a buffer this thread keeps (so a
-/// small collective allocates nothing), more (or a second scratch alive at once) from the heap.
-/// Contents are unspecified until written. Not copyable; O(1) unless it allocates.
+/// Scratch space for received data, from a buffer each thread keeps (grown to the largest need up
+/// to 16 MiB, so a collective neither allocates nor page-faults on every call); a larger need, or a
+/// second scratch alive at once, comes from the heap. Contents are unspecified until written. The
+/// kept buffer is released by release_scratch(). Not copyable; O(1) unless it allocates.
+struct scratch_pool {
+  static constexpr std::size_t max_bytes = std::size_t{16} << 20;
+  std::unique_ptr<std::byte[]> bytes;
+  std::size_t capacity = 0;
+  bool busy = false;
+  static scratch_pool& mine() {
+    static thread_local scratch_pool p;
+    return p;
+  }
+};
+
 template <class T>
 class scratch {
  public:
-  static constexpr std::size_t pooled_bytes = std::size_t{64} << 10;
   explicit scratch(std::size_t n) : n_(n) {
-    auto& s = slot();
-    if (n * sizeof(T) <= pooled_bytes && !s.busy) {
-      if (!s.bytes) s.bytes = std::make_unique<std::byte[]>(pooled_bytes);
+    auto& s = scratch_pool::mine();
+    const std::size_t need = n * sizeof(T);
+    if (need <= scratch_pool::max_bytes && !s.busy) {
+      if (s.capacity < need) {
+        const std::size_t grown = std::min(scratch_pool::max_bytes, std::bit_ceil(std::max<std::size_t>(need, 4096)));
+        s.bytes = std::make_unique_for_overwrite<std::byte[]>(grown);
+        s.capacity = grown;
+      }
       s.busy = true;
       pooled_ = &s;
       data_ = reinterpret_cast<T*>(s.bytes.get());  // implicit-lifetime element types (arithmetic, half, bf16)
@@ -216,17 +233,9 @@ class scratch {
   T* data() noexcept { return data_; }
 
  private:
-  struct pool_slot {
-    std::unique_ptr<std::byte[]> bytes;
-    bool busy = false;
-  };
-  static pool_slot& slot() {
-    static thread_local pool_slot s;
-    return s;
-  }
   std::size_t n_;
   T* data_ = nullptr;
-  pool_slot* pooled_ = nullptr;
+  scratch_pool* pooled_ = nullptr;
   std::unique_ptr<T[]> heap_;
 };
 

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -370,10 +371,17 @@ class stream_engine {
     bool done = false, failed = false, deferred = false, posted = false;
     std::optional<fault> why;  // set when failed
   };
+  // A buffer for a frame kept aside: not zeroed (it is written before it is read) and reused, so a
+  // peer that runs a step ahead costs neither page faults nor clearing per frame.
+  struct frame_buffer {
+    std::unique_ptr<std::byte[]> bytes;
+    std::size_t capacity = 0;
+  };
   struct frame {
     std::uint32_t check = 0, seq = 0;
     std::uint64_t total = 0;
-    std::vector<std::byte> bytes;
+    frame_buffer buf;
+    std::size_t size = 0;
     bool complete = false;
     bool failed = false;  // its single-copy payload could not be read
   };
@@ -397,6 +405,7 @@ class stream_engine {
     std::deque<request*> posted;
     std::unordered_map<std::uint32_t, std::deque<frame>> unexpected;
     std::uint64_t unexpected_bytes = 0, unexpected_frames = 0;
+    std::vector<frame_buffer> spare;  // buffers of frames already taken, for the next ones
     bool closed = false;
     fault close_why;
   };
@@ -602,12 +611,34 @@ class stream_engine {
                  " bytes that no receive has asked for yet; the limits are max_unexpected_frames ",
                  cfg_.limits.max_unexpected_frames, " and max_unexpected_bytes ", cfg_.limits.max_unexpected_bytes));
     auto& q = rx.unexpected[rx.channel];
-    q.push_back(frame{rx.check, rx.seq, rx.total, std::vector<std::byte>(rx.remaining), false});
+    frame f{rx.check, rx.seq, rx.total, take_buffer(rx, rx.remaining), rx.remaining, false, false};
+    q.push_back(std::move(f));
     rx.unexpected_frames += 1;
     rx.unexpected_bytes += rx.piece;
     rx.cur_frame = &q.back();
-    rx.target = rx.cur_frame->bytes.data();
+    rx.target = rx.cur_frame->buf.bytes.get();
     return std::nullopt;
+  }
+
+  // A buffer of at least n bytes: a spare one when one is big enough, else a new one (rounded up, so
+  // frames of similar sizes share buffers). rx.m held.
+  static frame_buffer take_buffer(rx_state& rx, std::size_t n) {
+    auto best = rx.spare.end();
+    for (auto it = rx.spare.begin(); it != rx.spare.end(); ++it)
+      if (it->capacity >= n && (best == rx.spare.end() || it->capacity < best->capacity)) best = it;
+    if (best != rx.spare.end()) {
+      frame_buffer b = std::move(*best);
+      rx.spare.erase(best);
+      return b;
+    }
+    const std::size_t cap = std::max<std::size_t>(64, std::bit_ceil(std::max<std::size_t>(n, 1)));
+    return frame_buffer{std::make_unique_for_overwrite<std::byte[]>(cap), cap};
+  }
+  // Keeps a few buffers (up to 4, up to 64 MiB together) for the next frames. rx.m held.
+  static void give_back(rx_state& rx, frame_buffer b) {
+    std::size_t kept = b.capacity;
+    for (const auto& x : rx.spare) kept += x.capacity;
+    if (rx.spare.size() < 4 && kept <= (std::size_t{64} << 20)) rx.spare.push_back(std::move(b));
   }
 
   // Parses an abort body: records the sender's status, and the failure if it is the first. rx.m held.
@@ -796,7 +827,7 @@ class stream_engine {
         r.deferred = true;
         return;
       }
-      auto why = check_request(r, frame_facts{f.seq, f.check, f.total, f.bytes.size()}, r.peer);
+      auto why = check_request(r, frame_facts{f.seq, f.check, f.total, f.size}, r.peer);
       if (!why && f.failed) {
         fault lost;
         lost.code = errc::peer_failure;
@@ -808,10 +839,11 @@ class stream_engine {
         fail(r, *why);
         if (why->code == errc::mismatch) record_failure(*why);
       } else {
-        if (r.len) std::memcpy(r.dst, f.bytes.data(), r.len);
+        if (r.len) std::memcpy(r.dst, f.buf.bytes.get(), r.len);
         r.done = true;
       }
-      rx.unexpected_bytes -= f.bytes.size();
+      rx.unexpected_bytes -= f.size;
+      give_back(rx, std::move(f.buf));
       rx.unexpected_frames -= 1;
       it->second.pop_front();
       if (it->second.empty()) rx.unexpected.erase(it);
