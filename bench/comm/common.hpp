@@ -30,7 +30,7 @@ struct flags {
   int sockbuf = 0;                 // weft tcp: SO_SNDBUF and SO_RCVBUF (0: the default)
   std::string tune_out = "";       // weft: autotune and write the table here (then measure "automatic")
   std::string tune_in = "";        // weft: read the table from here (and measure "automatic")
-  int tune_reps = 3;               // weft: batches per candidate when tuning
+  int tune_reps = 5;               // weft: batches per candidate when tuning
   bool reference = false;          // weft: also measure the transport's streaming reference
 };
 

@@ -77,9 +77,11 @@ inline constexpr std::array<algorithm, 5> autotune_candidates{
     algorithm::ring, algorithm::tree, algorithm::star, algorithm::halving_doubling, algorithm::recursive_doubling};
 
 /// Runs on every rank (collective, same arguments everywhere). For each size in `sizes` (bytes of
-/// float data, rounded down to whole floats) and each candidate: one warm-up allreduce, then `reps`
-/// timed batches of back-to-back allreduces (enough calls to take about a millisecond), each
-/// rank's median per call, the largest over ranks. Returns the same table on every rank; pass it
+/// float data, rounded down to whole floats): one warm-up allreduce per candidate, then `reps`
+/// rounds that each time one batch of back-to-back allreduces (at least 2, about 4 MiB moved) of
+/// every candidate in turn (so a slow spell of a shared host hits them all alike); each rank's
+/// median per call, the largest over ranks. The fastest median wins, except that the cost model's
+/// choice wins when it is within 3% of it. Returns the same table on every rank; pass it
 /// as options::table. Throws errc::invalid_argument for no sizes, a size under 4 bytes, reps < 1,
 /// or a candidate that is automatic or hierarchical; what allreduce throws otherwise. Cost: about
 /// reps × candidates × sizes batches.
@@ -103,7 +105,7 @@ tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
   std::vector<float> buf(order.back() / sizeof(float), 0.0f);
   for (std::size_t bytes : order) {
     std::span<float> data(buf.data(), bytes / sizeof(float));
-    const int calls = static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 20) / bytes, 1, 200));
+    const int calls = static_cast<int>(std::clamp<std::size_t>((std::size_t{4} << 20) / bytes, 2, 400));
     auto opts_for = [&](algorithm a) {
       options o = opt;
       o.algo = a;
@@ -133,9 +135,15 @@ tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
     tuning_table::entry e;
     e.bytes = bytes;
     for (std::size_t i = 0; i < candidates.size(); ++i) e.seconds.emplace_back(candidates[i], medians[i]);
-    e.best = std::min_element(e.seconds.begin(), e.seconds.end(), [](const auto& x, const auto& y) {
-               return x.second < y.second;
-             })->first;
+    const auto fastest = std::min_element(e.seconds.begin(), e.seconds.end(),
+                                          [](const auto& x, const auto& y) { return x.second < y.second; });
+    e.best = fastest->first;
+    // The model's choice, when measured, keeps the decision unless the winner is clearly faster:
+    // within 3% the difference is noise, and the model is the better guess for sizes in between.
+    const algorithm prior =
+        choose_allreduce(bytes, table.ranks, opt.segment_bytes, opt.model ? *opt.model : cost_model{});
+    for (const auto& [a, sec] : e.seconds)
+      if (a == prior && sec <= fastest->second * 1.03) e.best = prior;
     table.entries.push_back(std::move(e));
   }
   return table;

@@ -185,14 +185,39 @@ class stream_engine {
   /// with the first frame to each, and a descriptor that a member already sent for this call is
   /// compared now. Throws comm_error(mismatch) on a difference (and aborts the group).
   void begin_collective(std::uint32_t channel, const collective_descriptor& d, std::span<const int> members) {
+    try {
+      begin_collective_impl(channel, d, members);
+    } catch (const comm_error&) {
+      throw;
+    } catch (const error& e) {
+      if (static_cast<errc>(e.code().value()) == errc::invalid_argument) throw;  // nothing changed
+      fault f;
+      f.code = static_cast<errc>(e.code().value());
+      f.channel = channel;
+      f.detail = e.what();
+      record_failure(f);
+      raise_group("begin", -1, -1, msg_tag{channel, 0}, -1);
+    } catch (const std::bad_alloc&) {
+      fault f;
+      f.code = errc::capacity;
+      f.channel = channel;
+      f.detail = "out of memory";
+      record_failure(f);
+      raise_group("begin", -1, -1, msg_tag{channel, 0}, -1);
+    }
+  }
+
+ private:
+  void begin_collective_impl(std::uint32_t channel, const collective_descriptor& d, std::span<const int> members) {
     if (failed_.load(std::memory_order_acquire)) raise_group("begin", -1, -1, msg_tag{channel, 0}, -1);
     std::optional<fault> bad;
     {
       std::lock_guard lock(desc_mutex_);
-      auto each = [&](int q) {
-        if (q == rank_) return;
+      for (int q : members)  // every member checked before anything changes
         expects(q >= 0 && q < size_, errc::invalid_argument, name_, "rank ", rank_, " begin_collective: member ", q,
                 " is not a rank in [0, ", size_, ")");
+      auto each = [&](int q) {
+        if (q == rank_) return;
         auto& pc = book_[static_cast<std::size_t>(q)][channel];
         if (pc.seq != 0) pc.past[pc.seq % peer_channel::history] = pc.desc;
         ++pc.seq;
@@ -221,6 +246,7 @@ class stream_engine {
     }
   }
 
+ public:
   /// Marks the group failed (if it was not), tells every peer why and what this rank waited on
   /// (best effort, bounded), then lets the link shut down. Idempotent. Thread-safe.
   void abort(std::string_view why) {
