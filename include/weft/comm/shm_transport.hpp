@@ -164,7 +164,7 @@ class shm_link {
     const std::uint64_t tail = read_tail_[static_cast<std::size_t>(peer)];
     if (c.tail.load(std::memory_order_relaxed) == tail) return;
     c.tail.store(tail, std::memory_order_release);
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with write_some's flag
+    detail::full_fence();  // Dekker with write_some's flag
     if (c.writer_waiting.load(std::memory_order_relaxed) != 0) {
       c.writer_waiting.store(0, std::memory_order_relaxed);
       ring(peer);
@@ -196,9 +196,10 @@ class shm_link {
   /// nothing left to read from it) no longer exists; looks at most every 200 ms. A peer that
   /// exits after its last message is fine: its bytes stay in the ring.
   void check_alive(int peer) {
-    const auto now = clock_type::now();
-    if (now - last_alive_check_ < std::chrono::milliseconds(200)) return;
-    last_alive_check_ = now;
+    const auto now = clock_type::now().time_since_epoch().count();
+    const auto last = last_alive_check_.load(std::memory_order_relaxed);
+    if (now - last < std::chrono::duration_cast<clock_type::duration>(std::chrono::milliseconds(200)).count()) return;
+    last_alive_check_.store(now, std::memory_order_relaxed);  // several threads may look: any of them will do
     const pid_t pid = header().pids[peer];
     if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
       weft::detail::raise(errc::peer_failure, "weft::comm::shm_transport", "peer ", peer, " (pid ", pid,
@@ -240,7 +241,7 @@ class shm_link {
   // it; nobody sleeping (the spinning, common case) costs no atomic read-modify-write.
   void ring(int r) {
     auto& b = bell(r);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    detail::full_fence();
     if (b.sleepers.load(std::memory_order_relaxed) > 0) {
       b.seq.fetch_add(1, std::memory_order_seq_cst);
       futex(&b.seq, FUTEX_WAKE, INT_MAX, nullptr);
@@ -263,7 +264,7 @@ class shm_link {
   std::vector<std::uint64_t> remote_posted_;  // per peer; touched only under the engine's write lock
   std::vector<std::uint64_t> read_tail_;      // per peer: bytes read so far; under the engine's read lock
   std::vector<std::uint64_t> seen_tail_;      // per peer: its tail as last read; under the write lock
-  clock_type::time_point last_alive_check_{};
+  std::atomic<clock_type::rep> last_alive_check_{0};
 };
 
 }  // namespace detail

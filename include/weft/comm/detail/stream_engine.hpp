@@ -74,6 +74,25 @@ inline wait_mode resolve_wait_mode(wait_mode m, int local_ranks) noexcept {
   return local_ranks <= available_cores() ? wait_mode::spin : wait_mode::yield;
 }
 
+/// A sequentially consistent fence (the Dekker-style wake-up protocols need one). ThreadSanitizer
+/// does not model fences (and g++ refuses them under -fsanitize=thread), so there a read-modify-
+/// write of a private atomic, which is a full barrier on the hardware, stands in for it.
+inline void full_fence() noexcept {
+#if defined(__SANITIZE_THREAD__)
+  static std::atomic<int> barrier_word{0};
+  barrier_word.fetch_add(0, std::memory_order_seq_cst);
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  static std::atomic<int> barrier_word{0};
+  barrier_word.fetch_add(0, std::memory_order_seq_cst);
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -110,9 +129,9 @@ template <class T, std::size_t N>
 class small_array {
  public:
   explicit small_array(std::size_t n) : n_(n) {
-    if (n > N) heap_.resize(n);
+    if (n > N) heap_.reset(new T[n]());
   }
-  T* data() noexcept { return n_ > N ? heap_.data() : inline_.data(); }
+  T* data() noexcept { return n_ > N ? heap_.get() : inline_.data(); }
   std::size_t size() const noexcept { return n_; }
   T& operator[](std::size_t i) noexcept { return data()[i]; }
   T* begin() noexcept { return data(); }
@@ -121,7 +140,7 @@ class small_array {
  private:
   std::size_t n_;
   std::array<T, N> inline_{};
-  std::vector<T> heap_;
+  std::unique_ptr<T[]> heap_;
 };
 
 /// Wants from a link (shm_link, tcp_link; tests use fake links):
@@ -394,8 +413,12 @@ class stream_engine {
     std::byte* dst = nullptr;
     std::size_t len = 0;
     int peer = 0, conn = 0;
-    bool done = false, failed = false, deferred = false, posted = false;
-    std::optional<fault> why;  // set when failed
+    // Completion is published by whichever thread pumps the stream (under the stream's lock) and
+    // read by the thread that owns the request (without it): done is stored last, with release.
+    std::atomic<bool> done{false}, failed{false}, posted{false};
+    bool deferred = false;     // only the owner touches it
+    std::optional<fault> why;  // written before done when failed
+    bool is_done() const noexcept { return done.load(std::memory_order_acquire); }
   };
   // A buffer for a frame kept aside: not zeroed (it is written before it is read) and reused, so a
   // peer that runs a step ahead costs neither page faults nor clearing per frame.
@@ -460,17 +483,17 @@ class stream_engine {
   }
 
   static void fail(request& r, const fault& f) {
-    if (r.done) return;
-    r.failed = true;
-    r.done = true;
+    if (r.done.load(std::memory_order_relaxed)) return;
     r.why.emplace(f);
+    r.failed.store(true, std::memory_order_relaxed);
+    r.done.store(true, std::memory_order_release);
   }
 
   void close_rx(rx_state& rx, const fault& f) {
     rx.closed = true;
     rx.close_why = f;
     for (request* r : rx.posted) {
-      r->posted = false;
+      r->posted.store(false, std::memory_order_relaxed);
       fail(*r, f);
     }
     rx.posted.clear();
@@ -617,7 +640,7 @@ class stream_engine {
       request* r = *it;
       if (r->channel != rx.channel) continue;
       rx.posted.erase(it);
-      r->posted = false;
+      r->posted.store(false, std::memory_order_relaxed);
       if (auto f = check_request(*r, frame_facts{rx.seq, rx.check, rx.total, rx.piece}, peer)) {
         fail(*r, *f);
         record_failure(*f);
@@ -733,7 +756,7 @@ class stream_engine {
       return;
     }
     if (rx.cur) {
-      rx.cur->done = true;
+      rx.cur->done.store(true, std::memory_order_release);
       rx.cur = nullptr;
     } else if (rx.cur_frame) {
       rx.cur_frame->complete = true;
@@ -866,7 +889,7 @@ class stream_engine {
         if (why->code == errc::mismatch) record_failure(*why);
       } else {
         if (r.len) std::memcpy(r.dst, f.buf.bytes.get(), r.len);
-        r.done = true;
+        r.done.store(true, std::memory_order_release);
       }
       rx.unexpected_bytes -= f.size;
       give_back(rx, std::move(f.buf));
@@ -880,16 +903,16 @@ class stream_engine {
       return;
     }
     rx.posted.push_back(&r);
-    r.posted = true;
+    r.posted.store(true, std::memory_order_relaxed);
   }
 
   // Removes r from its stream if it is still referenced there (on the way out with an error).
   void detach(request& r) {
     auto& rx = *rx_[index(r.peer, r.conn)];
     std::lock_guard lock(rx.m);
-    if (r.posted) {
+    if (r.posted.load(std::memory_order_relaxed)) {
       rx.posted.erase(std::remove(rx.posted.begin(), rx.posted.end(), &r), rx.posted.end());
-      r.posted = false;
+      r.posted.store(false, std::memory_order_relaxed);
     }
     if (rx.cur == &r) {  // the rest of this piece goes nowhere
       rx.target = nullptr;
@@ -1144,7 +1167,7 @@ class stream_engine {
       small_array<request, 2>* reqs;
       ~detach_guard() {
         for (auto& r : *reqs)
-          if (!r.done) e->detach(r);
+          if (!r.is_done()) e->detach(r);
       }
     } guard{this, &reqs};
 
@@ -1258,8 +1281,11 @@ class stream_engine {
             std::lock_guard lock(rx.m);
             post(rx, r);
           }
-          if (r.failed && !failure) failure = *r.why;
-          if (!r.done) recv_done = false;
+          if (!r.is_done()) {
+            recv_done = false;
+          } else if (r.failed.load(std::memory_order_relaxed) && !failure) {
+            failure = *r.why;
+          }
         }
         return progressed;
       };
@@ -1283,7 +1309,7 @@ class stream_engine {
           for (auto& po : pieces)
             sent += po.remote ? (po.seq != 0 && link_.remote_acked(dst) >= po.seq ? po.len : 0)
                               : (po.off >= po.hdr_len ? po.off - po.hdr_len : 0);
-          for (auto& r : reqs) got += r.done ? r.len : 0;
+          for (auto& r : reqs) got += r.is_done() ? r.len : 0;
           fault f;
           f.code = errc::timeout;
           f.channel = tag.channel;
@@ -1351,7 +1377,7 @@ class stream_engine {
       // leaves every stream as it was: a plain timeout (callers poll this way), no abort.
       bool moved = false;
       for (auto& po : pieces) moved = moved || po.off > 0;
-      for (auto& r : reqs) moved = moved || r.done || !r.posted;
+      for (auto& r : reqs) moved = moved || r.is_done() || !r.posted.load(std::memory_order_relaxed);
       if (!moved) {
         failure_info info;
         info.rank = rank_;
