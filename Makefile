@@ -2,19 +2,34 @@
 # packages first (cmake/install_deps.sh), so both work on a fresh machine.
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
+ISA_LEVELS ?= v2 v3 v4
+SOAK_REPEAT ?= 50
 
-.PHONY: deps deps-bench test test-dev test-asan test-tsan test-package test-conan demo bench format clean
+.PHONY: deps deps-demo deps-bench print-test-stages test test-dev test-asan test-tsan test-isa test-package test-conan \
+        soak demo bench format clean
 
 deps:
 	@cmake/install_deps.sh
 
+deps-demo:
+	@cmake/install_deps.sh --demo
+
 deps-bench:
 	@cmake/install_deps.sh --bench
 
-## make test: the whole Catch2 suite (dev build), then under ASan+UBSan, then TSan on the
-## concurrent tests, then the three ways of consuming the package and `conan create`.
-test: deps test-dev test-asan test-tsan test-package test-conan
+## make test: the whole suite in a g++ debug build (with the docs' code, the strict header checks and
+## the include-cost budget), again under ASan+UBSan with clang (plus the fuzzers), TSan on the
+## concurrent tests, the instruction-set dependent code for x86-64-v2/v3/v4, the ways of consuming
+## the package (README commands, standalone examples, vcpkg port lint) and `conan create`.
+## Every stage prints its time; .ci/run prints the table.
+TEST_STAGES = test-dev test-asan test-tsan test-isa test-package test-conan
+
+test: deps $(TEST_STAGES)
 	@echo "weft: make test passed"
+
+# .ci/run times each stage of `make test` separately, in this order.
+print-test-stages:
+	@echo deps $(TEST_STAGES)
 
 test-dev:
 	cmake --preset dev
@@ -31,16 +46,35 @@ test-tsan:
 	cmake --build --preset tsan -j $(JOBS)
 	ctest --preset tsan -j $(JOBS) $(CTEST_ARGS)
 
+## make test-isa: quant, coding and the Eigen users compiled (Release, warnings as errors) for each
+## x86-64 level whatever this CPU is; their tests run for the levels this CPU can run.
+test-isa: $(addprefix test-isa-,$(ISA_LEVELS))
+
+test-isa-%:
+	cmake --preset isa-$*
+	cmake --build --preset isa-$* -j $(JOBS)
+	@if cmake/host_isa.sh x86-64-$*; then ctest --preset isa-$* -j $(JOBS) $(CTEST_ARGS); \
+	 else echo "isa-$*: compiled only"; fi
+
 test-package:
 	tests/package/run.sh
 
 test-conan:
 	tests/package/conan.sh
 
-## make demo: builds and runs the worked examples.
-demo: deps
-	cmake --preset dev -DWEFT_BUILD_TESTS=OFF -B build/demo
-	cmake --build build/demo -j $(JOBS)
+## make soak: every test labelled `concurrent` $(SOAK_REPEAT) times in the dev build, then the tests
+## labelled `soak` (long churn runs). Not part of `make test`.
+soak:
+	cmake --preset dev
+	cmake --build --preset dev -j $(JOBS)
+	ctest --preset dev -L concurrent --repeat until-fail:$(SOAK_REPEAT) -j $(JOBS) $(CTEST_ARGS)
+	ctest --test-dir build/dev -L soak -j $(JOBS) --output-on-failure $(CTEST_ARGS)
+
+## make demo: an optimised (Release) build of the worked examples, then runs them; every demo that
+## draws a plot draws it (python3-matplotlib); ends with the list of PNG/CSV files written.
+demo: deps-demo
+	cmake --preset demo
+	cmake --build --preset demo -j $(JOBS)
 	@examples/run_demos.sh build/demo/examples/bin
 
 ## make bench: release build of the benchmarks and their peers; CSV and PNG under build/release/bench-results.

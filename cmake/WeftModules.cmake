@@ -23,9 +23,15 @@ function(weft_add_module name)
   add_library(weft::${name} ALIAS weft_${name})
   set_target_properties(weft_${name} PROPERTIES EXPORT_NAME ${name})
   target_compile_features(weft_${name} INTERFACE cxx_std_20)
-  target_include_directories(weft_${name} INTERFACE
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  # SYSTEM only on request (WEFT_SYSTEM_INCLUDES): by default a consumer's warnings flags apply to
+  # weft's headers too, which are kept clean under -Wshadow -Wconversion -Wsign-conversion. For the
+  # installed package the choice is made in weftConfig.cmake, at the consumer's find_package.
+  if(WEFT_SYSTEM_INCLUDES)
+    target_include_directories(weft_${name} SYSTEM INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
+  else()
+    target_include_directories(weft_${name} INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
+  endif()
+  target_include_directories(weft_${name} INTERFACE $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   foreach(mod IN LISTS ARG_DEPENDS)
     target_link_libraries(weft_${name} INTERFACE weft::${mod})
   endforeach()

@@ -1,36 +1,135 @@
 # Test helpers shared by tests/<module>/CMakeLists.txt.
 #
 #   weft_add_test(<module> <name> SOURCES <files...> [LIBS <targets...>] [LABELS <labels...>]
-#                 [CONCURRENT] [TIMEOUT <s>])
+#                 [CONCURRENT] [TIMEOUT <s>, default 120])
 #     builds test_<module>_<name> from the sources plus the shared Catch2 main and registers the
 #     ctest test "<module>.<name>" labelled <module>. CONCURRENT adds the label "concurrent": the
-#     tsan preset builds and runs exactly those tests.
+#     tsan preset builds and runs exactly those tests, and `make soak` runs each of them 50 times.
+#     LABELS soak keeps a long run out of `make test` (the test presets exclude that label; `make
+#     soak` runs it). LABELS attack (hostile-peer tests) runs under asan-ubsan, not in the dev
+#     preset. Tests of modules whose code depends on the instruction set (quant, coding: CPU kernels
+#     and Eigen) get the label "isa", unless CONCURRENT: the ISA builds of `make test-isa` compile and
+#     run those.
 #
-#   weft_add_header_test(<module>)
-#     compiles every public header of include/weft/<module>/ in a translation unit of its own, so a
-#     header that forgets an include breaks the build; registered as "<module>.headers".
+#   weft_add_header_test(<module> [LIBS...])
+#     compiles every header of include/weft/<module>/ (and the umbrella) in a translation unit of its
+#     own, so a header that forgets an include breaks the build: the compile-only target
+#     test_<module>_headers, checked with -fsyntax-only (cmake/syntax_only.sh), built by ALL.
+#
+#   weft_add_strict_header_test(<module> [LIBS...])
+#     one translation unit that includes every public header of the module, compiled with the
+#     warnings an engine may use (WEFT_STRICT_WARNINGS: -Wshadow -Wconversion -Wsign-conversion ...),
+#     plus -Werror under WEFT_WERROR. A compile-only target, weft_strict_headers_<module>, built by g++
+#     in the dev preset and by clang in the asan-ubsan preset.
 find_package(Catch2 2.13 REQUIRED)
+
+include(WeftIsa)
 
 if(NOT TARGET weft_catch_main)
   add_library(weft_catch_main OBJECT "${PROJECT_SOURCE_DIR}/tests/catch_main.cpp")
   target_link_libraries(weft_catch_main PUBLIC Catch2::Catch2)
   target_compile_features(weft_catch_main PUBLIC cxx_std_20)
+  # Catch2's runner does not need optimising: at -O3 (the ISA builds) it alone takes 15 s to compile.
+  target_compile_options(weft_catch_main PRIVATE $<$<NOT:$<CONFIG:Debug>>:-O0>)
   add_custom_target(weft_concurrent_tests)
 endif()
+
+# A test made of several sources compiles them as one translation unit (CMake's unity build), so
+# their common headers (Eigen, Asio, Catch2) are parsed once: weft's CI presets turn it on. A source
+# whose file-local names clash with another's in the same test cannot share a unity file; rename them
+# (or build with -DWEFT_UNITY_TESTS=OFF to find the clash).
+option(WEFT_UNITY_TESTS "Compile each multi-source test as one translation unit" OFF)
+
+# Catch2 is one 17,000-line header: parsed once into a precompiled header that every test reuses
+# (REUSE_FROM), instead of once per test source. GCC silently falls back to parsing the header for a
+# target whose flags differ (e.g. -O1); clang accepts extra defines and optimisation levels.
+option(WEFT_TEST_PCH "Precompile Catch2 once and reuse it in every test" ON)
+if(WEFT_TEST_PCH AND NOT TARGET weft_catch_pch)
+  set(_weft_pch_source "${PROJECT_BINARY_DIR}/weft_catch_pch.cpp")
+  if(NOT EXISTS "${_weft_pch_source}")
+    file(WRITE "${_weft_pch_source}" "// Owner of the precompiled Catch2 header the tests reuse.\n")
+  endif()
+  add_library(weft_catch_pch OBJECT "${_weft_pch_source}")
+  target_link_libraries(weft_catch_pch PRIVATE Catch2::Catch2 weft_warnings)
+  target_compile_features(weft_catch_pch PRIVATE cxx_std_20)
+  target_precompile_headers(weft_catch_pch PRIVATE <catch2/catch.hpp>)
+endif()
+
+# Compile options other than warnings that reach <target> from itself or what it links (OpenMP's
+# -fopenmp, a test's own -O1, -fno-sanitize=...): such a target cannot use the shared Catch2 PCH
+# (g++ rejects it with -Winvalid-pch, an error under -Werror) and parses Catch2 itself.
+function(_weft_collect_options target out)
+  set(seen "")
+  set(queue ${target})
+  set(options "")
+  while(queue)
+    list(POP_FRONT queue t)
+    if(NOT TARGET ${t} OR t IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen ${t})
+    get_target_property(type ${t} TYPE)
+    set(props INTERFACE_COMPILE_OPTIONS INTERFACE_LINK_LIBRARIES)
+    if(t STREQUAL target)
+      set(props COMPILE_OPTIONS LINK_LIBRARIES)
+    endif()
+    foreach(prop IN LISTS props)
+      get_target_property(values ${t} ${prop})
+      if(NOT values)
+        continue()
+      endif()
+      if(prop MATCHES "LINK_LIBRARIES")
+        list(APPEND queue ${values})
+      else()
+        list(APPEND options ${values})
+      endif()
+    endforeach()
+  endwhile()
+  set(${out} "${options}" PARENT_SCOPE)
+endfunction()
+
+function(_weft_use_catch_pch target)
+  _weft_collect_options(${target} options)
+  foreach(option IN LISTS options)
+    # Warning flags and definitions do not change the PCH; code generation, language and sanitizer
+    # options do.
+    if(option MATCHES "(^|[:;>])-(f|O|m|g|std|pthread)")
+      return()
+    endif()
+  endforeach()
+  target_precompile_headers(${target} REUSE_FROM weft_catch_pch)
+endfunction()
 
 function(weft_add_test module name)
   cmake_parse_arguments(ARG "CONCURRENT" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   set(target test_${module}_${name})
   add_executable(${target} ${ARG_SOURCES} $<TARGET_OBJECTS:weft_catch_main>)
   target_link_libraries(${target} PRIVATE weft::${module} Catch2::Catch2 weft_warnings ${ARG_LIBS})
+  if(WEFT_UNITY_TESTS)
+    # (the shared Catch2 main is an object library, so it stays out of the unity file)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 0)
+  endif()
+  if(WEFT_TEST_PCH)
+    # Decided once the whole tree is configured, when every option added to the target is known.
+    # (EVAL bakes the target's name in: a deferred call reads variables when it runs.)
+    cmake_language(EVAL CODE
+      "cmake_language(DEFER DIRECTORY [[${PROJECT_SOURCE_DIR}]] CALL _weft_use_catch_pch [[${target}]])")
+  endif()
   add_test(NAME ${module}.${name} COMMAND ${target})
   set(labels ${module} ${ARG_LABELS})
   if(ARG_CONCURRENT)
     list(APPEND labels concurrent)
     add_dependencies(weft_concurrent_tests ${target})
   endif()
+  _weft_is_isa_dependent(isa ${module} ${ARG_LIBS})
+  # Concurrent tests check synchronisation, which -march does not change (TSan covers them).
+  if(isa AND NOT ARG_CONCURRENT)
+    list(APPEND labels isa)
+    add_dependencies(weft_isa_tests ${target})
+  endif()
   if(NOT ARG_TIMEOUT)
-    set(ARG_TIMEOUT 300)
+    # Tests take seconds (sanitizers included); a hung one should not hold CI for long.
+    set(ARG_TIMEOUT 120)
   endif()
   set_tests_properties(${module}.${name} PROPERTIES LABELS "${labels}" TIMEOUT ${ARG_TIMEOUT})
 endfunction()
@@ -59,12 +158,49 @@ function(weft_add_header_test module)
     endif()
     list(APPEND sources "${tu}")
   endforeach()
-  set(main "${CMAKE_CURRENT_BINARY_DIR}/header_tests/${module}_main.cpp")
-  file(WRITE "${main}" "int main() { return 0; }\n")
-  add_executable(test_${module}_headers ${sources} "${main}")
+  # Compile-only: an object library whose sources are checked with -fsyntax-only (g++ and clang).
+  add_library(test_${module}_headers OBJECT ${sources})
+  set_target_properties(test_${module}_headers PROPERTIES UNITY_BUILD OFF)  # one header per TU, always
   target_link_libraries(test_${module}_headers PRIVATE weft::${module} weft_warnings ${ARGN})
-  add_test(NAME ${module}.headers COMMAND test_${module}_headers)
-  set_tests_properties(${module}.headers PROPERTIES LABELS ${module})
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang" AND NOT CMAKE_HOST_WIN32)
+    set_target_properties(test_${module}_headers PROPERTIES
+                          CXX_COMPILER_LAUNCHER "${PROJECT_SOURCE_DIR}/cmake/syntax_only.sh")
+  endif()
+endfunction()
+
+option(WEFT_STRICT_HEADER_TESTS "Compile every module's public headers under the strict warnings engines use" ON)
+
+function(weft_add_strict_header_test module)
+  if(NOT WEFT_STRICT_HEADER_TESTS)
+    return()
+  endif()
+  # Public headers only: detail/ comes in through them; CUDA (.cuh) and Thrust headers need nvcc or
+  # CCCL, mpi_transport.hpp needs MPI (added when the caller passes MPI::MPI_CXX).
+  file(GLOB_RECURSE headers RELATIVE "${PROJECT_SOURCE_DIR}/include"
+       CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/include/weft/${module}/*.hpp")
+  list(FILTER headers EXCLUDE REGEX "/detail/|/cuda/|_thrust\\.hpp$")
+  if(NOT "MPI::MPI_CXX" IN_LIST ARGN)
+    list(FILTER headers EXCLUDE REGEX "/mpi_transport\\.hpp$")
+  endif()
+  list(SORT headers)
+  list(JOIN WEFT_STRICT_WARNINGS " " flags)
+  set(content "// Every public header of weft::${module} under ${flags} (generated).\n")
+  foreach(header IN LISTS headers ITEMS "weft/${module}.hpp")
+    if(EXISTS "${PROJECT_SOURCE_DIR}/include/${header}")
+      string(APPEND content "#include <${header}>\n")
+    endif()
+  endforeach()
+  set(tu "${CMAKE_CURRENT_BINARY_DIR}/strict_headers/${module}.cpp")
+  if(EXISTS "${tu}")
+    file(READ "${tu}" old)
+  endif()
+  if(NOT old STREQUAL content)
+    file(WRITE "${tu}" "${content}")
+  endif()
+  add_library(weft_strict_headers_${module} OBJECT "${tu}")
+  target_link_libraries(weft_strict_headers_${module} PRIVATE weft::${module} ${ARGN})
+  target_compile_options(weft_strict_headers_${module} PRIVATE ${WEFT_STRICT_WARNINGS}
+                         $<$<BOOL:${WEFT_WERROR}>:-Werror>)
 endfunction()
 
 # weft_add_fuzzer(<module> <name> SOURCES <files...> [LIBS <targets...>])
@@ -99,7 +235,8 @@ function(weft_add_fuzzer module name)
     set(fuzzer fuzz_${module}_${name})
     add_executable(${fuzzer} ${ARG_SOURCES})
     target_link_libraries(${fuzzer} PRIVATE weft::${module} weft_warnings ${ARG_LIBS})
-    target_compile_options(${fuzzer} PRIVATE -fsanitize=fuzzer)
+    # -O1 even in the -O0 asan-ubsan preset: a fuzzer's worth is executions per second.
+    target_compile_options(${fuzzer} PRIVATE -O1 -fsanitize=fuzzer)
     target_link_options(${fuzzer} PRIVATE -fsanitize=fuzzer)
     set(work "${CMAKE_CURRENT_BINARY_DIR}/fuzz-corpus/${name}")
     file(MAKE_DIRECTORY "${work}")
@@ -107,6 +244,8 @@ function(weft_add_fuzzer module name)
              COMMAND ${fuzzer} -max_total_time=${WEFT_FUZZ_SECONDS} -timeout=10 -rss_limit_mb=2048
                      -max_len=65536 -print_final_stats=1 "${work}" "${corpus}")
     math(EXPR fuzz_timeout "${WEFT_FUZZ_SECONDS} + 120")
-    set_tests_properties(${module}.fuzz_${name} PROPERTIES LABELS "${module};fuzz" TIMEOUT ${fuzz_timeout})
+    # COST: ctest -j starts the longest tests first, so the fuzzers overlap the short tests.
+    set_tests_properties(${module}.fuzz_${name} PROPERTIES LABELS "${module};fuzz" TIMEOUT ${fuzz_timeout}
+                         COST ${WEFT_FUZZ_SECONDS})
   endif()
 endfunction()

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Installs the Debian packages weft's build, tests, examples and benchmarks need, when missing.
-# Usage: cmake/install_deps.sh [--bench] [--check]
-#   --bench  also the benchmark peers (Gloo, OpenMPI, oneDNN, Google Benchmark, matplotlib)
+# Usage: cmake/install_deps.sh [--demo] [--bench] [--check]
+#   --demo   also what the worked examples draw their plots with (python3-matplotlib)
+#   --bench  also the benchmark peers (Gloo, OpenMPI, oneDNN, Google Benchmark) and matplotlib
 #   --check  only report what is missing; install nothing
 # Not root and no sudo: prints the exact apt-get command to run and exits non-zero.
 set -euo pipefail
 
 want_bench=0
+want_demo=0
 check_only=0
 for arg in "$@"; do
   case "$arg" in
     --bench) want_bench=1 ;;
+    --demo) want_demo=1 ;;
     --check) check_only=1 ;;
-    *) echo "install_deps.sh: unknown argument '$arg' (expected --bench or --check)" >&2; exit 2 ;;
+    *) echo "install_deps.sh: unknown argument '$arg' (expected --demo, --bench or --check)" >&2; exit 2 ;;
   esac
 done
 
@@ -20,7 +23,10 @@ done
 packages=(cmake g++ clang libclang-rt-14-dev make catch2 libboost-dev libboost-graph-dev libeigen3-dev libtbb-dev
           librange-v3-dev libssl-dev libopenmpi-dev openmpi-bin python3-pip)
 if [[ $want_bench == 1 ]]; then
-  packages+=(libbenchmark-dev libgloo-dev libdnnl-dev python3-matplotlib)
+  packages+=(libbenchmark-dev libgloo-dev libdnnl-dev)
+fi
+if [[ $want_bench == 1 || $want_demo == 1 ]]; then
+  packages+=(python3-matplotlib)
 fi
 
 missing=()

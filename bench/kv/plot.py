@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots kv_bench.csv (weft vs reference) into kv_bench.png: one panel per benchmark, x = blocks."""
+"""Plots kv_bench.csv (weft vs its peers) into kv_bench.png: one panel per benchmark, x = blocks."""
 import csv
 import sys
 from collections import defaultdict
@@ -24,7 +24,8 @@ fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=F
 axes = [ax for row in axes for ax in row]
 for ax in axes[len(names):]:
     ax.set_visible(False)
-colors = {"weft": "tab:orange", "reference": "tab:blue", "infinite": "tab:green"}
+colors = {"weft": "tab:orange", "reference": "tab:blue", "infinite": "tab:green", "fast64": "tab:purple",
+          "old64": "tab:gray", "sha256": "tab:red", "weft+verify": "tab:brown", "weft fast64": "tab:pink"}
 for ax, name in zip(axes, names):
     for impl, pts in sorted(data[name].items()):
         pts.sort()

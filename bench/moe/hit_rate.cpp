@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
         if (r.status == lookup_status::miss) {
           const auto order = c.start_load(k);
           sink += order->slot;
-          c.complete(k);
+          c.complete(*order);
         }
       }
       best_s = std::min(best_s, seconds_since(t0));
@@ -219,6 +219,106 @@ int main(int argc, char** argv) {
     const auto future = std::make_shared<const belady_future>(trace.shape(), keys);
     report("belady (offline)", time_cache(belady_policy(future), slots));
   }
-  std::printf("\nwrote %s/moe_hit_rate.csv and %s/moe_decision_cost.csv\n", out_dir.c_str(), out_dir.c_str());
+  // ---- Part 3: the segment-level oracle (SCH, Liang et al. 2025) beside Belady and LRU ------------
+  // The paper finds that for most models a cache of about 2x the active experts captures most of the
+  // benefit: SCH rises steeply up to 2x and flattens after. Checked here on the generated traces.
+  std::ofstream sch_csv(out_dir + "/moe_sch.csv");
+  sch_csv << "segment,capacity_x_active,sch,belady,lru\n";
+  std::printf("\nsegment cache oracle SCH(m, cap) vs Belady and LRU (per-layer caches, mean of seeds 1..%zu):\n",
+              seeds.size());
+  std::printf("%4s %4s %8s %8s %8s\n", "m", "cap", "SCH", "Belady", "LRU");
+  for (const std::uint32_t m : {8u, 16u, 32u}) {
+    std::vector<double> sch(4, 0.0), bel(4, 0.0), lru(4, 0.0);
+    for (const std::uint64_t seed : seeds) {
+      trace_params tp = base;
+      tp.seed = seed;
+      const routing_trace trace = generate_trace(tp);
+      const auto h = segment_cache_hit_rates(trace, m, 4 * trace.shape().top_k);
+      const auto future = std::make_shared<const belady_future>(trace.shape(), trace.lookups());
+      for (std::uint32_t mult = 1; mult <= 4; ++mult) {
+        const std::uint64_t slots = std::uint64_t{mult} * trace.shape().top_k;
+        sch[mult - 1] += h[slots - 1] * w;
+        bel[mult - 1] += run(trace, capacity_scope::per_layer, slots, belady_policy(future), false, o, expert_bytes)
+                             .resident_hit_rate() *
+                         w;
+        lru[mult - 1] +=
+            run(trace, capacity_scope::per_layer, slots, lru_policy{}, false, o, expert_bytes).resident_hit_rate() * w;
+      }
+    }
+    for (std::uint32_t mult = 1; mult <= 4; ++mult) {
+      std::printf("%4u %3ux %8.3f %8.3f %8.3f\n", m, mult, sch[mult - 1], bel[mult - 1], lru[mult - 1]);
+      sch_csv << m << ',' << mult << ',' << sch[mult - 1] << ',' << bel[mult - 1] << ',' << lru[mult - 1] << '\n';
+    }
+    const double gain12 = sch[1] - sch[0], gain24 = sch[3] - sch[1];
+    std::printf("     SCH gain 1x->2x %+.3f, 2x->4x %+.3f: %s\n", gain12, gain24,
+                gain12 > gain24 ? "the knee is at or below 2x (agrees with the paper)"
+                                : "2x is not the knee here (disagrees with the paper)");
+  }
+
+  // ---- Part 4: HybriMoE's dynamic CPU-GPU placement vs fixed mappings (a simulator) ---------------
+  // Mixtral-8x7B-shaped routing (32 layers, 8 experts, top-2) with int4 experts (3 x 4096 x 14336
+  // weights, 88 MB), an RTX A6000-class device (768 GB/s), PCIe 4 x16 (25 GB/s) and a 32-core
+  // AVX-512 host (about 100 GB/s, 2 TFLOP/s). Costs are rooflines of those numbers (docs/moe.md);
+  // the device holds 4 of 8 experts per layer. HybriMoE reports 1.70x decode and 1.33x prefill over
+  // kTransformers (which computes every non-resident expert on the CPU).
+  std::ofstream hy_csv(out_dir + "/moe_hybrid.csv");
+  hy_csv << "mode,policy,decode_ms_per_token,prefill_s_per_request,resident,loaded,cpu\n";
+  hybrid_replay_options ho;
+  ho.costs.expert_bytes = 3.0 * 4096 * 14336 * 0.5;
+  ho.costs.device_s_per_expert = ho.costs.expert_bytes / 768e9;
+  ho.costs.device_s_per_token = 2.0 * 3 * 4096 * 14336 / 150e12;
+  ho.costs.cpu_s_per_expert = ho.costs.expert_bytes / 100e9;
+  ho.costs.cpu_s_per_token = 2.0 * 3 * 4096 * 14336 / 2e12;
+  ho.costs.link_bytes_per_s = 25e9;
+  ho.prompt_tokens = 256;
+  trace_params mix = base;
+  mix.shape = {32, 8, 2};
+  mix.num_requests = 8;
+  mix.tokens_per_request = 256 + 64;
+  std::printf(
+      "\nHybriMoE-style CPU-GPU placement (simulated; Mixtral-8x7B shape, int4 experts, 4 of 8 per layer on "
+      "the device; %u-token prompts, %u decoded tokens; mean of seeds 1..%zu):\n",
+      ho.prompt_tokens, mix.tokens_per_request - ho.prompt_tokens, seeds.size());
+  std::printf("%-16s %-6s %12s %14s %9s %9s %9s\n", "mode", "cache", "decode ms/tok", "prefill s/req", "resident",
+              "loaded", "cpu");
+  double decode_ms[3][2] = {}, prefill_s[3][2] = {};
+  const char* mode_names[3] = {"always_load", "cpu_for_misses", "dynamic"};
+  for (int mode = 0; mode < 3; ++mode) {
+    for (int pol = 0; pol < 2; ++pol) {
+      double resident = 0, loaded = 0, cpu = 0;
+      for (const std::uint64_t seed : seeds) {
+        mix.seed = seed;
+        const routing_trace trace = generate_trace(mix);
+        ho.mode = static_cast<hybrid_mode>(mode);
+        const auto cfg = cache_config::in_slots(trace.shape(), 4);
+        hybrid_replay_report r;
+        if (pol == 0) {
+          expert_cache<lru_policy> c(cfg);
+          r = hybrid_replay(trace, c, ho);
+        } else {
+          expert_cache<lfu_decay_policy> c(cfg);
+          r = hybrid_replay(trace, c, ho);
+        }
+        decode_ms[mode][pol] += r.decode_s_per_token() * 1e3 * w;
+        prefill_s[mode][pol] += r.prefill_s / static_cast<double>(r.prefill_passes) * w;
+        resident += static_cast<double>(r.device_resident) * w;
+        loaded += static_cast<double>(r.device_loaded) * w;
+        cpu += static_cast<double>(r.on_cpu) * w;
+      }
+      const char* pname = pol == 0 ? "lru" : "lfu-d";
+      std::printf("%-16s %-6s %12.2f %14.3f %9.0f %9.0f %9.0f\n", mode_names[mode], pname, decode_ms[mode][pol],
+                  prefill_s[mode][pol], resident, loaded, cpu);
+      hy_csv << mode_names[mode] << ',' << pname << ',' << decode_ms[mode][pol] << ',' << prefill_s[mode][pol] << ','
+             << resident << ',' << loaded << ',' << cpu << '\n';
+    }
+  }
+  std::printf(
+      "dynamic (lfu-decay, HybriMoE's score-based caching stand-in) vs cpu_for_misses (kTransformers): decode "
+      "%.2fx (paper 1.70x), prefill %.2fx (paper 1.33x); vs always_load: decode %.2fx, prefill %.2fx\n",
+      decode_ms[1][1] / decode_ms[2][1], prefill_s[1][1] / prefill_s[2][1], decode_ms[0][1] / decode_ms[2][1],
+      prefill_s[0][1] / prefill_s[2][1]);
+
+  std::printf("\nwrote %s/moe_hit_rate.csv and %s/moe_decision_cost.csv, moe_sch.csv, moe_hybrid.csv\n",
+              out_dir.c_str(), out_dir.c_str());
   return 0;
 }

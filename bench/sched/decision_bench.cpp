@@ -34,7 +34,7 @@ constexpr std::size_t running = 1000, waiting = 100000;
 constexpr int iterations = 2000;
 
 std::vector<ws::request> make_requests(std::size_t n, std::uint64_t seed) {
-  ws::detail::rng g(seed);
+  weft::rng g(seed);
   std::vector<ws::request> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     out[i].id = ws::request_id(i + 1);

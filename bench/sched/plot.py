@@ -74,3 +74,82 @@ if dec:
     fig.tight_layout()
     fig.savefig(os.path.join(out, "sched_decision.png"), dpi=110)
     print("wrote", os.path.join(out, "sched_decision.png"))
+
+fid = rows("fidelity_rows.csv")
+if fid:
+    groups = [("a100", "Llama-2-7b-hf", "1"), ("a100", "Llama-2-70b-hf", "4"), ("h100", "Llama-2-7b-hf", "1"),
+              ("h100", "Llama-2-70b-hf", "8")]
+    fig, axes = plt.subplots(2, len(groups), figsize=(20, 8), sharex=True)
+    for k, (gpu, model, tp) in enumerate(groups):
+        sub = sorted((r for r in fid if r["gpu"] == gpu and r["model"] == model and r["tp"] == tp),
+                     key=lambda r: int(r["tokens"]))
+        t = [int(r["tokens"]) for r in sub]
+        meas = [float(r["measured_s"]) * 1e3 for r in sub]
+        ax = axes[0][k]
+        ax.plot(t, meas, "k.", markersize=3, label="measured (held out)")
+        ax.plot(t, [float(r["profile_heldout_s"]) * 1e3 for r in sub], "-", label="profile model (other half)")
+        ax.plot(t, [float(r["roofline_s"]) * 1e3 for r in sub], "-", label="roofline (fitted defaults)")
+        ax.plot(t, [float(r["roofline_old_s"]) * 1e3 for r in sub], ":", label="roofline (old defaults)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"{gpu} {model} TP {tp}: ms per layer", fontsize=9)
+        err = axes[1][k]
+        for key, label in [("profile_heldout_s", "profile"), ("roofline_s", "roofline"), ("roofline_old_s", "old roofline")]:
+            err.plot(t, [100 * (float(r[key]) / float(r["measured_s"]) - 1) for r in sub], ".", markersize=3, label=label)
+        err.axhline(0, color="k", linewidth=0.5)
+        err.set_ylim(-60, 60)
+        err.set_xlabel("tokens in the batch")
+        err.set_ylabel("error (%)")
+    axes[0][0].legend(fontsize=7)
+    axes[1][0].legend(fontsize=7)
+    fig.suptitle("Cost model vs Vidur's measured non-attention layer time (data/vidur)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "fidelity.png"), dpi=100)
+    print("wrote", os.path.join(out, "fidelity.png"))
+
+it = rows("fidelity_iterations.csv")
+if it:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for ax, kind, xlabel in [(axes[0], "decode batch", "decode batch size"), (axes[1], "prefill tokens", "prompt tokens")]:
+        sub = [r for r in it if r["kind"] == kind]
+        x = [float(r["size"]) for r in sub]
+        ax.plot(x, [float(r["measured_s"]) * 1e3 for r in sub], "ko-", label="measured (Sarathi-Serve artifact)")
+        ax.plot(x, [float(r["roofline_s"]) * 1e3 for r in sub], "s--", label="weft roofline")
+        ax.plot(x, [float(r["profile_s"]) * 1e3 for r in sub], "^--", label="weft profile (rescaled)")
+        ax.plot(x, [float(r["old_s"]) * 1e3 for r in sub], ":", label="old model")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("iteration (ms)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Yi-34B on 2 x A100 PCIe (TP 2): iteration time")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "fidelity_iterations.png"), dpi=100)
+    print("wrote", os.path.join(out, "fidelity_iterations.png"))
+
+cap = rows("repro_capacity.csv")
+vtcr = rows("repro_vtc.csv")
+if cap or vtcr:
+    fig, axes = plt.subplots(1, 3, figsize=(18, 4.5))
+    for ax, study in zip(axes[:2], ["sarathi", "distserve"]):
+        sub = [r for r in cap if r["study"] == study]
+        labels = [f'{r["policy"]}\n{r["setting"][:28]}' for r in sub]
+        ax.bar(range(len(sub)), [float(r["capacity_req_s"]) for r in sub],
+               color=["C0" if "vLLM" in r["policy"] else "C1" for r in sub])
+        ax.set_xticks(range(len(sub)))
+        ax.set_xticklabels(labels, rotation=40, ha="right", fontsize=6)
+        ax.set_ylabel("capacity / goodput (req/s)")
+        ax.set_title({"sarathi": "(a) Sarathi-Serve vs vLLM, Mistral-7B, P99 TBT <= 0.1 s",
+                      "distserve": "(b) DistServe, 4 GPUs, 90% within TTFT/TPOT"}[study], fontsize=9)
+    if vtcr:
+        t = [float(r["time_s"]) for r in vtcr]
+        axes[2].plot(t, [float(r["fcfs_difference"]) for r in vtcr], label="FCFS")
+        axes[2].plot(t, [float(r["vtc_difference"]) for r in vtcr], label="VTC")
+        axes[2].axhline(65536, color="red", linestyle="--", label="2U")
+        axes[2].set_xlabel("simulated time (s)")
+        axes[2].set_ylabel("|service difference| (weighted tokens)")
+        axes[2].set_title("(c) VTC: two backlogged clients", fontsize=9)
+        axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "repro.png"), dpi=100)
+    print("wrote", os.path.join(out, "repro.png"))

@@ -74,14 +74,26 @@ int main(int argc, char** argv) {
   found = cache.lookup(k);
   std::printf("   lookup while copying: %s (do not start a second copy)\n",
               found.status == moe::lookup_status::in_flight ? "in flight" : "?");
-  cache.complete(k);  // the engine's copy stream finished
+  cache.complete(*order);  // the engine's copy stream finished (the order's ticket names this load)
   std::printf("   after complete(): %s in slot %u\n", cache.lookup(k).status == moe::lookup_status::hit ? "hit" : "?",
               cache.lookup(k).slot);
   try {
-    cache.complete({1, 2});
+    cache.complete({1, 2}, order->ticket);
   } catch (const weft::error& e) {
     std::printf("   completing a load never started is an error:\n     %s\n", e.what());
   }
+  // A load cancelled and restarted gets a new ticket, so the old copy's late completion is refused.
+  const moe::expert_key j{1, 1};
+  const std::optional<moe::load_order> first = cache.start_load(j);
+  cache.cancel(*first);
+  const std::optional<moe::load_order> second = cache.start_load(j);
+  try {
+    cache.complete(*first);
+  } catch (const weft::error& e) {
+    std::printf("   a stale completion (cancelled ticket %llu) is refused:\n     %s\n",
+                static_cast<unsigned long long>(first->ticket), e.what());
+  }
+  cache.complete(*second);
 
   // ---- 2. policies on a generated trace ---------------------------------------------------------
   moe::trace_params p;  // 16 layers, 64 experts, top-2, Zipf 0.9, reuse 0.35, layer correlation 0.35

@@ -1,5 +1,6 @@
 // quant_gemv: quantize a layer's weights to int4, load the same layer from GPTQ and AWQ tensors,
-// and run the batch-1 product (GEMV) a decoder step needs, plus an int8 W8A8 product.
+// and run the batch-1 product (GEMV) a decoder step needs, plus int8 W8A8 and W4A8 products and
+// the 2:4 sparse int4 format.
 // Shows a user-written quantizer (clipped absmax) next to weft's own. A few seconds in a debug build.
 #include <weft/quant.hpp>
 
@@ -25,6 +26,13 @@ struct clipped_absmax {
   bool symmetric() const { return true; }
 };
 static_assert(wq::quantizer<clipped_absmax>);
+
+// Printed beside every speed: a debug build's numbers are not weft's speed.
+#if defined(NDEBUG) && defined(__OPTIMIZE__)
+constexpr const char* build_kind = "optimised build";
+#else
+constexpr const char* build_kind = "UNOPTIMISED build: not weft's speed";
+#endif
 
 int main() {
   const std::int64_t n = 1024, k = 4096;  // a slice of a 7B-class projection (kept small for debug builds)
@@ -79,8 +87,11 @@ int main() {
     err_full += (y[static_cast<std::size_t>(r)] - b) * (y[static_cast<std::size_t>(r)] - b);
     norm += b * b;
   }
-  std::printf("   %.3f ms per GEMV, %.1f GB/s of weights (one in-cache matrix; see bench/quant for DRAM numbers)\n",
-              s * 1e3, sym.weights.weight_bytes() / s / 1e9);
+  std::printf(
+      "   %.3f ms per GEMV, %.1f GB/s of weights: %lld x %lld int4 = %.1f MiB, cache-resident after the\n"
+      "   warm-up (bench/quant measures DRAM-sized matrices); %s\n",
+      s * 1e3, sym.weights.weight_bytes() / s / 1e9, static_cast<long long>(n), static_cast<long long>(k),
+      static_cast<double>(sym.weights.weight_bytes()) / (1 << 20), build_kind);
   std::printf("   relative error vs fp32 product of the dequantized weights: %.2e (kernel arithmetic)\n",
               std::sqrt(err_deq / norm));
   std::printf("   relative error vs the unquantized fp32 layer:              %.2e (int4 quantization)\n",
@@ -106,5 +117,29 @@ int main() {
   std::printf("   %lld x %lld x %lld on the %s path: relative error vs fp32 %.2e\n", static_cast<long long>(m),
               static_cast<long long>(n), static_cast<long long>(k), wq::to_string(wq::w8a8_path()).data(),
               std::sqrt(e8 / n8));
+
+  std::printf("\n5. W4A8: the same int4 weights against int8 per-token activations (exact int32 per group)\n");
+  std::vector<float> y48(static_cast<std::size_t>(n));
+  wq::gemv_w4a8(sym.weights, std::span<const float>(x), std::span<float>(y48));
+  double e48 = 0, n48 = 0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    double b = 0;
+    for (std::int64_t c = 0; c < k; ++c)
+      b += double(w[static_cast<std::size_t>(r * k + c)]) * x[static_cast<std::size_t>(c)];
+    e48 += (y48[static_cast<std::size_t>(r)] - b) * (y48[static_cast<std::size_t>(r)] - b);
+    n48 += b * b;
+  }
+  std::printf("   %s path: relative error vs the unquantized fp32 layer %.2e (W4A16 above: %.2e)\n",
+              wq::to_string(wq::w4a8_path()).data(), std::sqrt(e48 / n48), std::sqrt(err_full / norm));
+
+  std::printf("\n6. 2:4 sparsity (Sparse-Marlin's format): prune 2 of every 4 weights, store 3 bits per weight\n");
+  const auto pruned = wq::prune_2_4(w, n, k);
+  const auto sparse = wq::quantize_2_4<weft::half>(pruned, n, k, {4, 128, true});
+  std::vector<float> ys(static_cast<std::size_t>(n));
+  wq::gemv_sparse24(sparse.weights, std::span<const weft::half>(xh), std::span<float>(ys));
+  std::printf(
+      "   packed %.2f MiB vs dense int4 %.2f MiB; quantization error on the kept weights %.4f "
+      "(pruning a dense layer costs more: train or fine-tune 2:4 first)\n",
+      sparse.weights.weight_bytes() / 1048576.0, sym.weights.weight_bytes() / 1048576.0, sparse.error.relative);
   return 0;
 }

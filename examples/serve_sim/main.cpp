@@ -2,9 +2,9 @@
 // an engine would run — on a generated multi-tenant workload and, when present, the Azure LLM
 // conversation trace. Prints one table per workload; --out DIR also writes CSV for plotting.
 //
-//   serve_sim                         generated workload, then ../shared/data/azure_llm_2023_conv.csv if found
+//   serve_sim                         generated workload, then data/azure_llm_2023_conv.csv of the source tree
 //   serve_sim TRACE.csv               that Azure-format trace instead
-//   serve_sim --rows N --time-scale X --model 7b-a100|7b-h100|70b-a100|70b-h100 --out DIR
+//   serve_sim --rows N --time-scale X --model 7b-a100|7b-h100|70b-a100|70b-h100 --engine lean|sarathi --out DIR
 #include <weft/sched.hpp>
 
 #include <chrono>
@@ -85,10 +85,14 @@ std::vector<row> compare(const setup& s, const sim::workload& w) {
   fastswitch.preemption = ws::preemption_mode::swap;
   // VTC with a length predictor: here a noisy oracle (true length times lognormal noise, cv 0.5).
   sim::workload predicted = w;
-  ws::detail::rng noise(7);
+  weft::rng noise(7);
   for (auto& r : predicted)
     r.req.predicted_output_tokens =
         std::max<std::int64_t>(1, std::llround(r.output_tokens * noise.lognormal(1.0, 0.5)));
+  policies.emplace_back("vllm+fcfs", [&] {
+    ws::prefill_first_scheduler<> sched(ws::vllm_baseline(256, 8192), ws::fcfs_queue{}, make_kv(s.model));
+    return sim::simulate(sched, w, s.model, s.options);
+  });
   policies.emplace_back("orca+fcfs", [&] { return run<ws::fcfs_queue>(s, w, ws::continuous_batching(256, 8192)); });
   policies.emplace_back("sarathi+fcfs", [&] { return run<ws::fcfs_queue>(s, w, chunked); });
   policies.emplace_back("sarathi+vtc", [&] { return run<ws::vtc_queue>(s, w, chunked); });
@@ -181,7 +185,7 @@ void two_gpus(const setup& s) {
 }
 
 int main(int argc, char** argv) try {
-  std::string trace, out, model = "7b-a100";
+  std::string trace, out, model = "7b-a100", engine = "lean";
   std::size_t rows = 0;
   double time_scale = 1.0;
   for (int i = 1; i < argc; ++i) {
@@ -198,9 +202,11 @@ int main(int argc, char** argv) try {
       time_scale = std::stod(value());
     else if (a == "--model")
       model = value();
+    else if (a == "--engine")
+      engine = value();
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: serve_sim [TRACE.csv] [--rows N] [--time-scale X] [--model 7b-a100|7b-h100|70b-a100|"
-                   "70b-h100] [--out DIR]\n";
+                   "70b-h100] [--engine lean|sarathi] [--out DIR]\n";
       return 0;
     } else
       trace = a;
@@ -209,11 +215,43 @@ int main(int argc, char** argv) try {
                             : model == "70b-a100" ? sim::llama2_70b_a100_tp4()
                             : model == "70b-h100" ? sim::llama2_70b_h100_tp4()
                                                   : sim::llama2_7b_a100();
-  setup s{sim::cost_model(params), 0, {}};
+  // Engine CPU work per iteration and per request: a lean CUDA-graph engine (assumed), or the overheads
+  // fitted to Sarathi-Serve's measured runs (the cost model's defaults; docs/sched.md).
+  if (engine == "lean") {
+    params.iteration_overhead_s = 2e-3;
+    params.per_request_overhead_s = 20e-6;
+  }
+  // The measured-profile cost model when the Vidur profiles of this GPU and model are in data/vidur.
+  const std::string gpu = model.ends_with("h100") ? "h100" : "a100";
+  const std::string profile = model.starts_with("70b") ? "Llama-2-70b-hf" : "Llama-2-7b-hf";
+  std::string vidur = "data/vidur";
+#ifdef WEFT_DATA_DIR
+  if (!std::filesystem::exists(vidur)) vidur = std::string(WEFT_DATA_DIR) + "/vidur";
+#endif
+  const bool measured = std::filesystem::exists(vidur + "/" + gpu + "_" + profile + "_mlp.csv");
+  setup s{measured ? sim::cost_model(params, sim::load_vidur_profile(vidur, gpu, profile, params.model.shape(),
+                                                                     params.tensor_parallel))
+                   : sim::cost_model(params),
+          0,
+          {}};
+  std::cout << "engine overheads: " << params.iteration_overhead_s * 1e3 << " ms/iteration + "
+            << params.per_request_overhead_s * 1e3 << " ms/request (" << engine << ")\n";
+  std::cout << "cost model: "
+            << (measured ? "measured profile " + vidur + "/" + gpu + "_" + profile + "_mlp.csv"
+                         : std::string("roofline (no profile found)"))
+            << "\n";
   s.options.ttft_slo_s = 2.0;
   s.options.tpot_slo_s = 0.1;
-  // Sarathi: the budget from a 100 ms TBT target, sized for 64 decodes over 1000-token contexts.
-  s.budget = std::max<std::int64_t>(256, sim::token_budget_for_tbt(s.model, 0.1, 64, 1000.0));
+  // Sarathi: the budget from a 200 ms TBT target, sized for 32 decodes over 1000-token contexts with the
+  // chunk at the end of a 1000-token prompt (the query says whether the target can be met at all).
+  sim::tbt_budget_query q;
+  q.tbt_target_s = 0.2;
+  q.decodes = 32;
+  q.mean_context = 1000;
+  q.prompt_tokens = 1000;
+  const sim::tbt_budget b = sim::token_budget_for_tbt(s.model, q);
+  s.budget = std::max<std::int64_t>(256, b.token_budget);
+  if (!b.feasible) std::cout << "token_budget_for_tbt: " << b.reason << "\n";
 
   if (trace.empty()) {
     // Three tenants: tenant 0 floods in bursts, tenants 1 and 2 are steady. Tenants 1 and 2 have
@@ -237,9 +275,9 @@ int main(int argc, char** argv) try {
                  "  DRR keep the steady tenants' share while FCFS hands the flood everything; Sarathi's chunking\n"
                  "  cuts Orca's TBT tail.\n";
     two_gpus(s);
-    const std::string candidates[] = {"../shared/data/azure_llm_2023_conv.csv",
-#ifdef WEFT_SERVE_SIM_SOURCE_DIR
-                                      std::string(WEFT_SERVE_SIM_SOURCE_DIR) + "/../shared/data/azure_llm_2023_conv.csv"
+    const std::string candidates[] = {"data/azure_llm_2023_conv.csv",
+#ifdef WEFT_DATA_DIR
+                                      std::string(WEFT_DATA_DIR) + "/azure_llm_2023_conv.csv"
 #endif
     };
     for (const auto& c : candidates)
@@ -248,7 +286,7 @@ int main(int argc, char** argv) try {
         break;
       }
     if (trace.empty()) {
-      std::cout << "\n(no Azure trace at ../shared/data/azure_llm_2023_conv.csv; pass a trace path to replay one)\n";
+      std::cout << "\n(no Azure trace at data/azure_llm_2023_conv.csv; pass a trace path to replay one)\n";
       return 0;
     }
     // The demo replays the first 6000 requests (~18 minutes) at 1.25x the trace's rate, so that the

@@ -1,6 +1,7 @@
 // Umbrella for weft::kv, the paged KV-cache bookkeeping: block pool, block tables with
 // copy-on-write, hash-chained and radix-tree prefix caches, the host tier, admission control and
-// the kv_manager facade a batch scheduler drives. Standard library only.
+// the kv_manager facade a batch scheduler drives. Block keys use OpenSSL's libcrypto (SHA-256); the
+// rest needs only the standard library.
 #pragma once
 
 #include <weft/kv/admission.hpp>
@@ -11,6 +12,8 @@
 #include <weft/kv/hashed_prefix_cache.hpp>
 #include <weft/kv/host_tier.hpp>
 #include <weft/kv/eviction.hpp>
+#include <weft/kv/fast_block_hasher.hpp>
 #include <weft/kv/kv_manager.hpp>
 #include <weft/kv/radix_cache.hpp>
+#include <weft/kv/sha256_block_hasher.hpp>
 #include <weft/kv/types.hpp>

@@ -11,6 +11,9 @@
 #include <weft/moe/prefetch.hpp>
 #include <weft/moe/trace.hpp>
 #include <weft/moe/replay.hpp>
+#include <weft/moe/segment_oracle.hpp>
+#include <weft/moe/hybrid_schedule.hpp>
+#include <weft/moe/hybrid_replay.hpp>
 #include <weft/moe/regroup.hpp>
 #include <weft/moe/aux_free_balancer.hpp>
 #include <weft/moe/placement.hpp>

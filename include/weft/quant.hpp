@@ -7,9 +7,13 @@
 #include <weft/quant/concepts.hpp>
 #include <weft/quant/cpu_features.hpp>
 #include <weft/quant/format.hpp>
+#include <weft/quant/gemm_sparse24.hpp>
 #include <weft/quant/gemm_w4.hpp>
+#include <weft/quant/gemm_w4a8.hpp>
 #include <weft/quant/gemm_w8a8.hpp>
 #include <weft/quant/gptq.hpp>
+#include <weft/quant/quantized_activations.hpp>
 #include <weft/quant/quantizers.hpp>
 #include <weft/quant/reference.hpp>
+#include <weft/quant/sparse24_matrix.hpp>
 #include <weft/quant/tile_math.hpp>

@@ -11,6 +11,7 @@
 #include <weft/sched/drr_queue.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/prefill_first_scheduler.hpp>
 #include <weft/sched/prefix_aware_queue.hpp>
 #include <weft/sched/prefix_group_queue.hpp>
 #include <weft/sched/request.hpp>
@@ -19,7 +20,10 @@
 #include <weft/sched/vtc_queue.hpp>
 #include <weft/sched/wfq_queue.hpp>
 #include <weft/sched/sim/cost_model.hpp>
+#include <weft/sched/sim/vidur_profile.hpp>
 #include <weft/sched/sim/metrics.hpp>
 #include <weft/sched/sim/simulator.hpp>
+#include <weft/sched/sim/trace_readers.hpp>
 #include <weft/sched/sim/workload.hpp>
 #include <weft/sched/sim/cluster.hpp>
+#include <weft/sched/sim/capacity.hpp>

@@ -1,10 +1,16 @@
 // Archetypes: the weakest types satisfying each weft::coding concept, run through the algorithms
-// that take them (encode, aggregate, sequential_coder, a user-written backup policy).
+// that take them (encode, aggregate, sequential_coder, gc_scheme, SR-SGC, M-SGC, any_gradient_code,
+// simulate_runtime, a user-written backup policy).
 #include <weft/coding/aggregator.hpp>
+#include <weft/coding/any_gradient_code.hpp>
 #include <weft/coding/backup_workers.hpp>
 #include <weft/coding/codec.hpp>
 #include <weft/coding/concepts.hpp>
+#include <weft/coding/gc_scheme.hpp>
+#include <weft/coding/m_sgc.hpp>
 #include <weft/coding/sequential.hpp>
+#include <weft/coding/sgc_search.hpp>
+#include <weft/coding/sr_sgc.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -16,13 +22,12 @@ namespace {
 
 // A two-worker repetition code written from scratch: both workers hold the one partition.
 struct minimal_code {
-  Eigen::MatrixXd b = Eigen::MatrixXd::Ones(2, 1);
   std::vector<std::size_t> held{0};
   std::size_t n_workers() const { return 2; }
   std::size_t n_partitions() const { return 1; }
   std::size_t stragglers() const { return 1; }
   std::span<const std::size_t> assignment(std::size_t) const { return held; }
-  const Eigen::MatrixXd& coefficients() const { return b; }
+  double coefficient(std::size_t, std::size_t) const { return 1.0; }
   std::shared_ptr<const weft::coding::decoder> try_decoder(std::span<const std::size_t> f) const {
     if (f.empty()) return nullptr;
     auto d = std::make_shared<weft::coding::decoder>();
@@ -45,6 +50,29 @@ struct minimal_channel {
   void cancel(std::size_t w, std::uint64_t) { cancelled.push_back(w); }
 };
 
+// The weakest sequential scheme: T = 0, leaves any straggler behind, every job decodes from worker
+// 0 alone (a toy, not a code: it only shows what simulate_runtime needs).
+struct minimal_scheme {
+  std::vector<std::vector<weft::coding::mini_task>> plan{{}};
+  std::uint64_t r = 0;
+  std::size_t n_workers() const { return 1; }
+  std::size_t delay() const { return 0; }
+  double normalized_load() const { return 1.0; }
+  bool tolerates(std::span<const std::size_t>) const { return true; }
+  const std::vector<std::vector<weft::coding::mini_task>>& begin_round(bool start) {
+    plan[0].clear();
+    if (start) plan[0].push_back({r, 0});
+    return plan;
+  }
+  weft::coding::sequential_round_report end_round(std::span<const std::size_t>) {
+    weft::coding::sequential_round_report rep;
+    rep.round = r;
+    if (!plan[0].empty()) rep.decoded.push_back({r, r, {}});
+    ++r;
+    return rep;
+  }
+};
+
 // A user-written backup policy: drop one worker once any latency exceeded a threshold.
 struct threshold_backup {
   bool slow_seen = false;
@@ -59,6 +87,10 @@ struct threshold_backup {
 static_assert(weft::coding::gradient_code<minimal_code>);
 static_assert(weft::coding::coded_channel<minimal_channel>);
 static_assert(weft::coding::backup_policy<threshold_backup>);
+static_assert(weft::coding::sequential_scheme<minimal_scheme>);
+static_assert(weft::coding::sequential_scheme<weft::coding::sr_sgc<minimal_code>>);
+static_assert(weft::coding::sequential_scheme<weft::coding::m_sgc<minimal_code>>);
+static_assert(weft::coding::gradient_code<weft::coding::any_gradient_code>);
 static_assert(!weft::coding::gradient_code<int>);
 
 TEST_CASE("archetypes run through encode, aggregate and sequential_coder", "[coding][archetype]") {
@@ -91,4 +123,63 @@ TEST_CASE("archetypes run through encode, aggregate and sequential_coder", "[cod
   const std::vector<double> lat{0.5, 2.0};
   p.observe(lat);
   CHECK(p.backups(2) == 1);
+}
+
+TEST_CASE("the minimal code runs through the sequential schemes and any_gradient_code", "[coding][archetype]") {
+  minimal_code code;
+  // Classical GC, SR-SGC (B = 1, W = 2, lambda = 2: s = 1) and M-SGC (lambda = 1) on the 2-worker code.
+  weft::coding::gc_scheme<minimal_code> gc(code);
+  gc.begin_round();
+  const std::vector<std::size_t> one{1};
+  const auto g = gc.end_round(one);
+  REQUIRE(g.decoded.size() == 1);
+  CHECK(g.decoded[0].terms.size() == 1);
+  weft::coding::sr_sgc<minimal_code> sr({2, 1, 2, 2}, code);
+  sr.begin_round();
+  CHECK(sr.end_round(one).decoded.size() == 1);
+  weft::coding::m_sgc<minimal_code> ms({2, 1, 2, 1}, code);
+  ms.begin_round();
+  CHECK(ms.end_round(one).decoded.empty());  // T = 1: D2 comes in the next round
+  ms.begin_round(false);
+  const auto r = ms.end_round({});
+  REQUIRE(r.decoded.size() == 1);
+  // Type-erased: the same answers through any_gradient_code, which copies share.
+  const weft::coding::any_gradient_code any(code);
+  const auto copy = any;
+  CHECK(copy.n_workers() == 2);
+  CHECK(copy.stragglers() == 1);
+  CHECK(copy.coefficient(1, 0) == 1.0);
+  CHECK(copy.name() == "custom");
+  const std::vector<std::size_t> f{1};
+  CHECK(copy.try_decoder(f)->survivors == std::vector<std::size_t>{1});
+  std::vector<float> msg(2);
+  const std::vector<float> part{3, 4};
+  const std::array<std::span<const float>, 1> parts{part};
+  weft::coding::encode(copy, 0, parts, msg);
+  CHECK(msg == part);
+  // The minimal scheme through the runtime simulator.
+  minimal_scheme scheme;
+  const weft::coding::delay_trace t(3, 1, {1.0, 2.0, 3.0});
+  weft::coding::runtime_options o;
+  o.compute_seconds = 0;
+  const auto rep = weft::coding::simulate_runtime(scheme, t, 3, o);
+  CHECK(rep.seconds == Approx(6.0));
+  CHECK(rep.decoded == 3);
+}
+
+TEST_CASE("make_gradient_code builds every built-in code by name", "[coding][archetype]") {
+  using weft::coding::make_gradient_code;
+  for (const char* name : {"fractional", "cyclic", "cyclic-random", "hybrid", "approximate"}) {
+    const auto c = make_gradient_code(name, 6, 1);
+    INFO(name);
+    CHECK(c.n_workers() == 6);
+    const std::vector<std::size_t> f{0, 1, 2, 3, 4};
+    CHECK(c.try_decoder(f) != nullptr);
+  }
+  CHECK(make_gradient_code("hybrid", 6, 1).name() == "hybrid_repetition(n=6,s=1)");
+  CHECK(make_gradient_code("uncoded", 4, 0).stragglers() == 0);
+  CHECK_THROWS_WITH(make_gradient_code("uncoded", 4, 1), Catch::Matchers::Contains("tolerates no stragglers"));
+  CHECK_THROWS_WITH(make_gradient_code("raptor", 4, 1),
+                    Catch::Matchers::Contains("unknown code 'raptor'") && Catch::Matchers::Contains("hybrid"));
+  CHECK_THROWS_WITH(make_gradient_code("fractional", 5, 1), Catch::Matchers::Contains("(s+1) | n"));
 }

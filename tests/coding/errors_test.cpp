@@ -44,15 +44,14 @@ TEST_CASE("bad worker indices in a survivor set are errors", "[coding][errors]")
 }
 
 TEST_CASE("a matrix that breaks the gradient-coding condition is reported", "[coding][errors]") {
-  Eigen::MatrixXd b(3, 3);
-  b << 1, 1, 0, 0, 1, 1, 1, 0, 1;  // plain sums of cyclic pairs: {0,1} cannot decode
+  const coefficient_matrix b{{1, 1, 0}, {0, 1, 1}, {1, 0, 1}};  // plain sums of cyclic pairs: {0,1} cannot decode
   const auto code = from_matrix(b, 1);
   const std::vector<std::size_t> f{0, 1};
   CHECK_THROWS_WITH(code.decoder_for(f), Contains("cannot decode") && Contains("residual"));
 }
 
 TEST_CASE("linear_code validates B against the assignment", "[coding][errors]") {
-  Eigen::MatrixXd b = Eigen::MatrixXd::Ones(2, 2);
+  const coefficient_matrix b{{1, 1}, {1, 1}};
   std::vector<std::vector<std::size_t>> a{{0}, {0, 1}};
   CHECK_THROWS_WITH(linear_code("x", b, a, 1), Contains("B(0, 1)") && Contains("does not hold partition 1"));
   std::vector<std::vector<std::size_t>> bad{{0, 7}, {0, 1}};

@@ -8,8 +8,7 @@
 #include <vector>
 
 TEST_CASE("paper example n=3, s=1: B and the three decoders", "[coding][paper]") {
-  Eigen::MatrixXd b(3, 3);
-  b << 0.5, 1, 0, 0, 1, -1, 0.5, 0, 1;
+  const weft::coding::coefficient_matrix b{{0.5, 1, 0}, {0, 1, -1}, {0.5, 0, 1}};
   const auto code = weft::coding::from_matrix(b, 1, "tandon n=3 s=1");
   CHECK(code.assignment(0).size() == 2);
   CHECK(code.assignment(1)[0] == 1);

@@ -68,3 +68,29 @@ TEST_CASE("the code is chosen adaptively from the replayed straggler pattern", "
   CHECK(patient.choose_code() == 0);
   CHECK_THROWS_WITH(sequential_coder<linear_code>({}, 1), Catch::Matchers::Contains("empty"));
 }
+
+TEST_CASE("the adaptive choice replays the max_reattempts cap", "[coding][sequential]") {
+  // Two workers, T = 2. Worker 0 straggles in rounds 0, 1 and 3. Jobs 0 and 1 both owe worker 0
+  // after round 1; with one reattempt per round it redoes job 0 in round 2 and job 1 would need
+  // round 3, where it straggles again: the s = 0 code misses job 1. With two reattempts per round
+  // both jobs are redone in round 2 and the s = 0 code suffices.
+  const std::vector<linear_code> family{cyclic_repetition(2, 0), cyclic_repetition(2, 1)};
+  const std::vector<std::vector<std::size_t>> finished{{1}, {1}, {0, 1}, {1}, {0, 1}, {0, 1}};
+  for (std::size_t cap : {1, 2}) {
+    sequential_coder<linear_code> seq(family, 2, 8, cap);
+    for (const auto& f : finished) {
+      seq.begin_round();
+      (void)seq.end_round(f);
+    }
+    INFO("max_reattempts = " << cap);
+    CHECK(seq.choose_code() == (cap == 1 ? 1u : 0u));
+  }
+  // The scheduler itself agrees: with one reattempt per round and the s = 0 code, job 1 is missed.
+  sequential_coder<linear_code> only_s0({cyclic_repetition(2, 0)}, 2, 8, 1);
+  std::vector<std::uint64_t> missed;
+  for (const auto& f : finished) {
+    only_s0.begin_round();
+    for (auto m : only_s0.end_round(f).missed) missed.push_back(m);
+  }
+  CHECK(std::find(missed.begin(), missed.end(), 1u) != missed.end());
+}

@@ -78,3 +78,17 @@ TEST_CASE("csv_reader bounds records, fields and record counts before allocating
   CHECK_THROWS_WITH(r.column("c"), "weft::csv_reader: t:1: missing column 'c' (columns: a, b)");
   CHECK_THROWS_WITH(r.fail("arrival ", 3, " before ", 4), "weft::csv_reader: t:2: arrival 3 before 4");
 }
+
+TEST_CASE("csv_reader skips comment records and numbers lines from first_line", "[core][csv]") {
+  std::istringstream in("a,b\n# note, with a comma\n1,2\n#\n3,4\n");
+  csv_reader r(in, "t", {.comment = '#', .first_line = 5});
+  CHECK(r.header() == std::vector<std::string>{"a", "b"});
+  REQUIRE(r.next());
+  CHECK(r.line() == 7);
+  REQUIRE(r.next());
+  CHECK(r.line() == 9);
+  CHECK(r.number<int>(1) == 4);
+  CHECK_FALSE(r.next());
+  CHECK(error_of("a\n#" + std::string(100, 'x') + "\n", {.max_record_bytes = 50, .comment = '#'}) ==
+        "weft::csv_reader: t.csv:2: comment longer than 50 bytes (csv_limits::max_record_bytes)");
+}

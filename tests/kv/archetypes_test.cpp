@@ -15,14 +15,21 @@ using namespace weft::kv;
 
 namespace {
 
-// block_hasher: only the call operator (plus default/copy construction).
+// block_hasher: a state type and begin/absorb/finish (plus default/copy construction), nothing
+// else. A polynomial over the inputs: weak, but enough to key distinct test prompts apart.
 struct hasher_archetype {
-  block_key operator()(block_key parent, std::span<const token_id> tokens, std::span<const std::uint64_t> extra) const {
-    block_key h = parent * 31 + 7;
-    for (const token_id t : tokens) h = h * 1000003 + static_cast<block_key>(t);
-    for (const std::uint64_t e : extra) h = h * 1000033 + e;
-    return h;
+  struct state {
+    std::uint64_t h = 0;
+  };
+  void begin(state& s, block_key parent, std::span<const token_id> tokens) const {
+    s.h = parent.lo * 31 + parent.hi + 7;
+    for (const token_id t : tokens) s.h = s.h * 1000003 + static_cast<std::uint64_t>(t);
   }
+  void absorb(state& s, key_field f, std::span<const std::uint64_t> words) const {
+    s.h = s.h * 1000033 + static_cast<std::uint64_t>(f);
+    for (const std::uint64_t w : words) s.h = s.h * 1000033 + w;
+  }
+  block_key finish(state& s) const { return block_key{0, s.h}; }
 };
 
 // eviction_policy: a score of plain int.
@@ -65,11 +72,14 @@ TEST_CASE("archetype hasher drives the prefix cache and the manager", "[kv][arch
   c.num_blocks = 16;
   c.block_size = 4;
   c.watermark = 0;
-  kv_manager<hasher_archetype> kv(c);
-  REQUIRE(kv.allocate_prompt(request_id(1), seq(13)));
-  const auto r = kv.allocate_prompt(request_id(2), seq(13));
-  REQUIRE(r);
-  CHECK(r->cached_tokens == 12);
+  for (const bool verify : {false, true}) {
+    c.verify_on_hit = verify;
+    kv_manager<hasher_archetype> kv(c);
+    REQUIRE(kv.allocate_prompt(request_id(1), seq(13)));
+    const auto r = kv.allocate_prompt(request_id(2), seq(13));
+    REQUIRE(r);
+    CHECK(r->cached_tokens == 12);
+  }
 }
 
 TEST_CASE("archetype eviction policy drives the radix cache", "[kv][archetype]") {

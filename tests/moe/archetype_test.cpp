@@ -68,8 +68,9 @@ TEST_CASE("the cache runs with the weakest eviction policy (FIFO archetype)", "[
   expert_cache<policy_archetype> c(cache_config::in_slots({1, 4, 1}, 2), policy_archetype(0));
   for (std::uint32_t e : {0u, 1u, 0u, 2u, 3u}) {
     if (c.lookup({0, e}).status == lookup_status::miss) {
-      REQUIRE(c.start_load({0, e}));
-      c.complete({0, e});
+      const auto order = c.start_load({0, e});
+      REQUIRE(order);
+      c.complete(*order);
     }
   }
   // FIFO: 0 and 1 in; 2 evicts 0 (first in, though 0 was just used); 3 evicts 1.

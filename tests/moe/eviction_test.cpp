@@ -101,9 +101,10 @@ std::vector<outcome> run_cache(P policy, const model_shape& s, std::size_t capac
       out.push_back({true, {}});
       continue;
     }
-    REQUIRE(c.start_load(a.key));
+    const auto order = c.start_load(a.key);
+    REQUIRE(order);
     out.push_back({false, {c.last_evicted().begin(), c.last_evicted().end()}});
-    c.complete(a.key);
+    c.complete(*order);
   }
   return out;
 }

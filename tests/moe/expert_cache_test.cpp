@@ -18,7 +18,7 @@ template <class P>
 void load_now(expert_cache<P>& c, expert_key k) {
   auto order = c.start_load(k);
   REQUIRE(order.has_value());
-  c.complete(k);
+  c.complete(*order);
 }
 }  // namespace
 
@@ -36,7 +36,7 @@ TEST_CASE("the load protocol: miss, in flight, hit", "[moe][cache]") {
   const auto in_flight = c.lookup(k);
   CHECK(in_flight.status == lookup_status::in_flight);
   CHECK(in_flight.slot == 0);
-  c.complete(k);
+  c.complete(*order);
   CHECK(c.lookup(k).status == lookup_status::hit);
   CHECK(c.stats().lookups == 3);
   CHECK(c.stats().misses == 1);
@@ -98,7 +98,7 @@ TEST_CASE("pinned and in-flight entries are never evicted; a refused load change
   CHECK(c.stats().evictions == before.evictions);
   CHECK(c.state({0, 2}) == entry_state::absent);
   CHECK(c.used_slots(0) == 2);
-  c.complete({0, 1});
+  c.complete(*second);
   auto third = c.start_load({0, 2});  // now (0,1) is a candidate
   REQUIRE(third);
   CHECK(c.last_evicted()[0] == expert_key{0, 1});
@@ -116,14 +116,14 @@ TEST_CASE("prefetch: skipped when present, counted when used, cancellable", "[mo
   REQUIRE(p);
   CHECK(p->kind == load_kind::prefetch);
   CHECK_FALSE(c.prefetch({2, 1}).has_value());  // already loading
-  c.complete({2, 1});
+  c.complete(*p);
   CHECK(c.lookup({2, 1}).status == lookup_status::hit);
   CHECK(c.stats().prefetch_used == 1);
   CHECK(c.lookup({2, 1}).status == lookup_status::hit);
   CHECK(c.stats().prefetch_used == 1);  // once per load
   auto q = c.prefetch({2, 2});
   REQUIRE(q);
-  c.cancel({2, 2});
+  c.cancel(*q);
   CHECK(c.state({2, 2}) == entry_state::absent);
   CHECK(c.used_slots(2) == 1);
   CHECK(c.stats().cancels == 1);
@@ -160,11 +160,13 @@ TEST_CASE("bad input raises weft::error and leaves the cache unchanged", "[moe][
   CHECK(code_of([&] { (void)c.lookup({0, 6}); }) == errc::out_of_range);
   CHECK(code_of([&] { (void)c.lookup({3, 0}); }) == errc::out_of_range);
   CHECK_THROWS_WITH(c.lookup({0, 9}), Catch::Contains("unknown expert (layer 0, expert 9)"));
-  CHECK(code_of([&] { (void)c.start_load({0, 0}); }) == errc::precondition);  // already resident
-  CHECK(code_of([&] { c.complete({0, 1}); }) == errc::precondition);          // never started
-  CHECK_THROWS_WITH(c.complete({0, 1}), Catch::Contains("never started"));
-  CHECK(code_of([&] { c.complete({0, 0}); }) == errc::precondition);  // already resident
-  CHECK(code_of([&] { c.cancel({0, 0}); }) == errc::precondition);
+  CHECK(code_of([&] { (void)c.start_load({0, 0}); }) == errc::precondition);        // already resident
+  CHECK(code_of([&] { c.complete(expert_key{0, 1}, 99); }) == errc::precondition);  // never started
+  CHECK_THROWS_WITH(c.complete(expert_key{0, 1}, 99), Catch::Contains("ticket 99 was never issued"));
+  CHECK_THROWS_WITH(c.complete(expert_key{0, 1}, 1), Catch::Contains("the expert is absent"));
+  CHECK(code_of([&] { c.complete(expert_key{0, 0}, 1); }) == errc::precondition);  // already resident
+  CHECK_THROWS_WITH(c.complete(expert_key{0, 0}, 1), Catch::Contains("it completed already"));
+  CHECK(code_of([&] { c.cancel(expert_key{0, 0}, 1); }) == errc::precondition);
   CHECK(code_of([&] { c.unpin({0, 0}); }) == errc::precondition);
   CHECK(code_of([&] { c.pin({1, 1}); }) == errc::precondition);
   CHECK(code_of([&] { c.erase({1, 1}); }) == errc::precondition);
@@ -175,12 +177,34 @@ TEST_CASE("bad input raises weft::error and leaves the cache unchanged", "[moe][
   CHECK(c.lookup({0, 0}).status == lookup_status::hit);
 }
 
+TEST_CASE("a stale completion of a cancelled load is refused: loads carry tickets", "[moe][cache][errors]") {
+  expert_cache<> c(cache_config::in_slots(shape, 2));
+  const expert_key k{1, 2};
+  const auto first = c.start_load(k);
+  REQUIRE(first);
+  c.cancel(*first);
+  const auto second = c.start_load(k);  // the same expert, loading again (another copy, maybe another slot)
+  REQUIRE(second);
+  CHECK(second->ticket != first->ticket);
+  // The first copy's late completion must not mark k resident: its bytes may be the wrong ones.
+  CHECK_THROWS_WITH(c.complete(*first), Catch::Contains("stale ticket"));
+  CHECK(c.state(k) == entry_state::loading);
+  CHECK_THROWS_AS(c.cancel(*first), weft::error);
+  CHECK(c.state(k) == entry_state::loading);
+  c.complete(*second);
+  CHECK(c.state(k) == entry_state::resident);
+  CHECK_THROWS_WITH(c.complete(*second), Catch::Contains("completed already"));
+  // A shape whose per-expert state cannot fit is refused before anything is allocated.
+  CHECK_THROWS_WITH(expert_cache<>(cache_config::in_slots({65536, 65536, 2}, 2)),
+                    Catch::Contains("exceeds model_shape::max_keys"));
+}
+
 TEST_CASE("asynchronous loads completed in any order", "[moe][cache][async]") {
   const model_shape wide{2, 16, 2};
   for (std::uint32_t seed = 1; seed <= 20; ++seed) {
     std::mt19937 rng(seed);
     expert_cache<> c(cache_config::in_slots(wide, 8));
-    std::vector<expert_key> started;
+    std::vector<load_order> started;
     std::set<std::uint32_t> slots;
     for (std::uint32_t e = 0; e < 8; ++e) {
       (void)c.lookup({1, e});
@@ -188,25 +212,25 @@ TEST_CASE("asynchronous loads completed in any order", "[moe][cache][async]") {
       REQUIRE(order);
       CHECK(slots.insert(order->slot).second);  // distinct slots
       CHECK(order->slot < 8);
-      started.push_back({1, e});
+      started.push_back(*order);
     }
     CHECK_FALSE(c.start_load({1, 9}).has_value());  // everything in flight: no victim
     std::shuffle(started.begin(), started.end(), rng);
     std::map<expert_key, std::uint32_t> slot_of;
-    for (const auto& k : started) slot_of[k] = c.peek(k).slot;
+    for (const auto& o : started) slot_of[o.key] = c.peek(o.key).slot;
     for (std::size_t i = 0; i < started.size(); ++i) {
       c.complete(started[i]);
       for (std::size_t j = 0; j < started.size(); ++j) {
-        const auto r = c.peek(started[j]);
+        const auto r = c.peek(started[j].key);
         CHECK(r.status == (j <= i ? lookup_status::hit : lookup_status::in_flight));
-        CHECK(r.slot == slot_of[started[j]]);  // a slot never moves while loading or resident
+        CHECK(r.slot == slot_of[started[j].key]);  // a slot never moves while loading or resident
       }
     }
     // The oldest completion is the LRU victim now.
     auto order = c.start_load({1, 9});
     REQUIRE(order);
-    CHECK(c.last_evicted()[0] == started.front());
-    CHECK(order->slot == slot_of[started.front()]);
+    CHECK(c.last_evicted()[0] == started.front().key);
+    CHECK(order->slot == slot_of[started.front().key]);
   }
 }
 
@@ -224,6 +248,7 @@ TEST_CASE("cache invariants under random operations, against a reference model",
     expert_cache<any_eviction_policy> c(cfg, policy);
     std::map<expert_key, entry_state> state;  // reference: absent keys are missing
     std::map<expert_key, std::uint32_t> pins;
+    std::map<expert_key, load_order> orders;  // the last load of each key (stale once it ended)
     auto random_key = [&] {
       return expert_key{static_cast<std::uint32_t>(rng() % s.num_layers),
                         static_cast<std::uint32_t>(rng() % s.num_experts)};
@@ -256,6 +281,7 @@ TEST_CASE("cache invariants under random operations, against a reference model",
               state.erase(v);
             }
             state[k] = entry_state::loading;
+            orders[k] = *order;
           } else {
             CHECK(c.state(k) == entry_state::absent);
           }
@@ -263,10 +289,10 @@ TEST_CASE("cache invariants under random operations, against a reference model",
         }
         case 3:
           if (ref == entry_state::loading) {
-            c.complete(k);
+            c.complete(orders[k]);
             state[k] = entry_state::resident;
           } else {
-            CHECK_THROWS_AS(c.complete(k), weft::error);
+            CHECK_THROWS_AS(c.complete(k, orders.count(k) ? orders[k].ticket : 0), weft::error);
           }
           break;
         case 4:
@@ -287,7 +313,7 @@ TEST_CASE("cache invariants under random operations, against a reference model",
           break;
         case 6:
           if (ref == entry_state::loading && pins[k] == 0) {
-            c.cancel(k);
+            c.cancel(orders[k]);
             state.erase(k);
           } else if (ref == entry_state::resident && pins[k] == 0) {
             c.erase(k);

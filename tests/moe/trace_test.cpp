@@ -39,25 +39,63 @@ TEST_CASE("the CSV reader names the broken line", "[moe][trace][errors]") {
   };
   CHECK(parse(head + "0,7,0,1 2\n0,7,1,3 0\n").num_tokens() == 1);
   CHECK(parse(head + "0,7,0,1 2\n# comment\n\n0,7,1,3 0\n").num_tokens() == 1);
-  CHECK_THROWS_WITH(parse(""), Catch::Contains("empty input"));
+  CHECK_THROWS_WITH(parse(""), Catch::Contains("line 1 is empty"));
   CHECK_THROWS_WITH(parse("# other v1\n"), Catch::Contains("line 1"));
   CHECK_THROWS_WITH(parse("# weft-moe-trace v1 layers=2 experts=4\ntoken,request,layer,experts\n"),
                     Catch::Contains("must give layers, experts and top_k"));
   CHECK_THROWS_WITH(parse("# weft-moe-trace v1 layers=2 experts=4 top_k=5\ntoken,request,layer,experts\n"),
                     Catch::Contains("top_k is 5"));
-  CHECK_THROWS_WITH(parse(head + "0,7,0,1 9\n"), Catch::Contains("line 3: unknown expert 9"));
-  CHECK_THROWS_WITH(parse(head + "0,7,0,1\n"), Catch::Contains("line 3 lists 1 experts"));
+  CHECK_THROWS_WITH(parse(head + "0,7,0,1 9\n"), Catch::Contains("moe trace:3:4: column 'experts': unknown expert 9"));
+  CHECK_THROWS_WITH(parse(head + "0,7,0,1\n"), Catch::Contains("moe trace:3:4: column 'experts': lists 1 experts"));
   CHECK_THROWS_WITH(parse(head + "0,7,1,1 2\n"), Catch::Contains("expected token 0 layer 0"));
-  CHECK_THROWS_WITH(parse(head + "0,7,0,1 2\n0,8,1,1 2\n"), Catch::Contains("line 4: request 8"));
+  CHECK_THROWS_WITH(parse(head + "0,7,0,1 2\n0,8,1,1 2\n"), Catch::Contains("moe trace:4: request 8"));
   CHECK_THROWS_WITH(parse(head + "0,7,0,1 1\n0,7,1,3 0\n"), Catch::Contains("twice"));
   CHECK_THROWS_WITH(parse(head + "0,7,0,1 x\n"), Catch::Contains("'x' is not a non-negative integer"));
   CHECK_THROWS_WITH(parse(head + "0,7,0\n"), Catch::Contains("3 columns"));
+  CHECK_THROWS_WITH(parse(head + "x,7,0,1 2\n"),
+                    Catch::Contains("moe trace:3:1: column 'token': 'x' is not a whole number"));
   CHECK_THROWS_WITH(parse(head + "0,7,0,1 2\n"), Catch::Contains("ends inside token 0"));
   try {
     (void)parse(head + "0,7,0,1 9\n");
   } catch (const weft::error& e) {
     CHECK(e.code() == weft::errc::parse);
   }
+}
+
+TEST_CASE("the CSV reader takes CRLF files and bounds hostile headers and rows", "[moe][trace][errors]") {
+  auto parse = [](const std::string& s) {
+    std::istringstream in(s);
+    return read_csv(in);
+  };
+  // CRLF (a trace saved on Windows) reads like LF.
+  CHECK(parse("# weft-moe-trace v1 layers=2 experts=4 top_k=2\r\ntoken,request,layer,experts\r\n0,7,0,1 2\r\n0,7,1,3 "
+              "0\r\n")
+            .num_tokens() == 1);
+  // A header that would make an expert_cache allocate 2^64 entries is refused before anything is allocated.
+  CHECK_THROWS_WITH(parse("# weft-moe-trace v1 layers=4294967295 experts=4294967295 top_k=2\n"),
+                    Catch::Contains("layers 4294967295 exceeds the limit 1024"));
+  CHECK_THROWS_WITH(parse("# weft-moe-trace v1 layers=1024 experts=65536 top_k=2\n"),
+                    Catch::Contains("layers * experts 67108864 exceeds the limit 4194304"));
+  CHECK_THROWS_WITH(parse("# weft-moe-trace v1 layers=1 experts=65536 top_k=100000\n"),
+                    Catch::Contains("top_k 100000 exceeds the limit 1024"));
+  CHECK_THROWS_WITH(parse("# weft-moe-trace v1 layers=99999999999999999999 experts=4 top_k=2\n"),
+                    Catch::Contains("is not a non-negative integer"));
+  // A row of 10 MB is refused by length, with a short message.
+  const std::string head = "# weft-moe-trace v1 layers=1 experts=8 top_k=2\ntoken,request,layer,experts\n";
+  try {
+    (void)parse(head + "0,0,0," + std::string(10'000'000, '1') + "\n");
+    FAIL("must throw");
+  } catch (const weft::error& e) {
+    CHECK(std::string(e.what()).size() < 200);
+    CHECK(std::string(e.what()).find("record longer than") != std::string::npos);
+  }
+  // The largest allowed top_k reads in linear time: 1024 distinct experts per row.
+  std::string big = "# weft-moe-trace v1 layers=1 experts=65536 top_k=1024\ntoken,request,layer,experts\n";
+  for (int t = 0; t < 50; ++t) {
+    big += std::to_string(t) + ",0,0,";
+    for (int e = 0; e < 1024; ++e) big += std::to_string(e * 7 + t) + (e + 1 < 1024 ? " " : "\n");
+  }
+  CHECK(parse(big).num_tokens() == 50);
 }
 
 TEST_CASE("routing_trace::append validates tokens", "[moe][trace][errors]") {

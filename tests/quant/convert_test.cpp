@@ -10,6 +10,7 @@
 #include "test_util.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -191,4 +192,59 @@ TEST_CASE("awq: bad tensors are rejected", "[quant][awq]") {
   CHECK_THROWS_WITH(to_awq(int8), Catch::Contains("int4"));
   const auto per_channel = quant_test::exact_matrix<weft::half>(8, 64, {4, 0, true}, 1);
   CHECK_THROWS_WITH(to_awq(per_channel), Catch::Contains("per-channel"));
+}
+
+// Shapes a malicious checkpoint's metadata could claim: the size products must not wrap to a value
+// that matches the (small) tensors handed in, and nothing may be read or written out of bounds.
+TEST_CASE("gptq/awq: hostile shapes whose size products overflow are rejected", "[quant][gptq][awq]") {
+  const std::vector<std::int32_t> words(64, 0x12345678);
+  const std::vector<weft::half> scales(64, weft::half(0.5f));
+  const std::int64_t huge = (std::int64_t{1} << 62) + 64;
+  // k * (n / 8) = 1024 * (2^59 + 8) wraps to 8192 in int64 arithmetic.
+  CHECK_THROWS_AS(from_awq(awq_view<weft::half>{1024, huge, 32, words, words, scales}), weft::error);
+  CHECK_THROWS_WITH(from_awq(awq_view<weft::half>{1024, huge, 32, words, words, scales}),
+                    Catch::Contains("overflow") || Catch::Contains("exceeds"));
+  for (std::int64_t n : {std::int64_t{1} << 61, huge, std::int64_t{0x7ffffffffffffff8}})
+    for (std::int64_t k : {std::int64_t{8}, std::int64_t{1} << 40, std::int64_t{0x7ffffffffffffff8}}) {
+      INFO("K " << k << " N " << n);
+      CHECK_THROWS_AS(from_gptq(gptq_view<weft::half>{k, n, 32, words, words, scales, {}, gptq_version::v1}),
+                      weft::error);
+      CHECK_THROWS_AS(from_gptq(gptq_view<weft::half>{k, n, -1, words, words, scales, {}, gptq_version::v1}),
+                      weft::error);
+      CHECK_THROWS_AS(from_awq(awq_view<weft::half>{k, n, 32, words, words, scales}), weft::error);
+      CHECK_THROWS_AS(from_gptq(gptq_view<weft::half>{n, k, 32, words, words, scales, {}, gptq_version::v1}),
+                      weft::error);
+      CHECK_THROWS_AS(from_awq(awq_view<weft::half>{n, k, 32, words, words, scales}), weft::error);
+    }
+  // A group size that would round K up past INT64_MAX.
+  CHECK_THROWS_AS(from_awq(awq_view<weft::half>{0x7fffffffffffffff, 8, 1 << 30, words, words, scales}), weft::error);
+}
+
+TEST_CASE("gptq/awq: non-finite scales are rejected", "[quant][gptq][awq]") {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    INFO("scale " << bad);
+    gptq_tensors<weft::half> g;
+    g.k = 64;
+    g.n = 8;
+    g.group_size = 32;
+    g.qweight.assign(64, 0);
+    g.qzeros.assign(2, 0);
+    g.scales.assign(16, weft::half(1.0f));
+    g.scales[5] = weft::half(bad);
+    CHECK_THROWS_WITH(from_gptq(g.view()), Catch::Contains("not finite"));
+    awq_tensors<weft::half> a;
+    a.k = 64;
+    a.n = 8;
+    a.group_size = 32;
+    a.qweight.assign(64, 0);
+    a.qzeros.assign(2, 0);
+    a.scales.assign(16, weft::half(1.0f));
+    a.scales[3] = weft::half(bad);
+    CHECK_THROWS_WITH(from_awq(a.view()), Catch::Contains("not finite"));
+    const std::vector<std::int32_t> codes(64, 1);
+    const std::vector<float> fs{1.0f, bad};
+    CHECK_THROWS_WITH(quantized_matrix<float>::from_codes(2, 32, {4, 0, true}, codes, fs),
+                      Catch::Contains("not finite"));
+  }
 }

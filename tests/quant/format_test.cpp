@@ -85,7 +85,11 @@ TEST_CASE("quantized_matrix: bad arguments are rejected with a message naming th
   };
   fails([&] { (void)M::from_codes(2, 32, {5, 32, true}, codes, one); }, "bits = 5");
   fails([&] { (void)M::from_codes(2, 32, {4, 48, true}, codes, one); }, "group_size = 48");
-  fails([&] { (void)M::from_codes(2, 31, {4, 32, true}, codes, one); }, "codes has 64 elements but N x K = 62");
+  fails(
+      [&] {
+        (void)M::from_codes(2, 31, {4, 32, true}, codes, one);
+      },
+      "codes has 64 elements but N x K = 2 x 31 = 62");
   fails(
       [&] {
         (void)M::from_codes(1, 64, {4, 32, true}, codes, std::vector<weft::half>(3, weft::half(1.0f)));
@@ -105,4 +109,32 @@ TEST_CASE("quantized_matrix: bad arguments are rejected with a message naming th
   CHECK_THROWS_AS(w.code(2, 0), weft::error);
   CHECK_THROWS_AS(w.code(0, 32), weft::error);
   CHECK(w.code(1, 31) == 3);
+}
+
+TEST_CASE("quantized_matrix: from_packed loads the packed layout back and checks every size", "[quant][format]") {
+  for (auto s :
+       {quant_scheme{4, 32, true}, quant_scheme{4, 64, false}, quant_scheme{8, 0, true}, quant_scheme{8, 32, false}}) {
+    INFO("bits " << s.bits << " group " << s.group_size << " sym " << s.symmetric);
+    const auto w = quant_test::exact_matrix<weft::half>(21, 100, s, 3);
+    const auto back = quantized_matrix<weft::half>::from_packed(
+        21, 100, s, w.packed(), w.scales(), s.symmetric ? std::span<const std::int16_t>{} : w.zeros());
+    CHECK(back == w);
+    CHECK(std::equal(back.row_sums().begin(), back.row_sums().end(), w.row_sums().begin(), w.row_sums().end()));
+    const auto short_packed = w.packed().first(w.packed().size() - 1);
+    CHECK_THROWS_WITH(quantized_matrix<weft::half>::from_packed(21, 100, s, short_packed, w.scales(), w.zeros()),
+                      Catch::Contains("packed has " + std::to_string(short_packed.size()) + " bytes but a 21 x 100"));
+    CHECK_THROWS_WITH(quantized_matrix<weft::half>::from_packed(21, 100, s, w.packed(), w.scales().first(5), w.zeros()),
+                      Catch::Contains("scales has 5 elements"));
+    CHECK_THROWS_WITH(quantized_matrix<weft::half>::from_packed(40, 100, s, w.packed(), w.scales(), w.zeros()),
+                      Catch::Contains("40 x 100"));
+  }
+  // int8 padding must be zero: the kernels' row sums and padded products rely on it.
+  const auto w8 = quant_test::exact_matrix<float>(3, 10, {8, 0, true}, 4);
+  std::vector<std::uint8_t> bytes(w8.packed().begin(), w8.packed().end());
+  bytes[static_cast<std::size_t>(int8_offset(2, 40, w8.k_padded()))] = 7;
+  CHECK_THROWS_WITH(quantized_matrix<float>::from_packed(3, 10, {8, 0, true}, bytes, w8.scales()),
+                    Catch::Contains("padding byte of row 2, input 40 is 7"));
+  // Sizes that overflow are an error, not a wrapped comparison.
+  CHECK_THROWS_WITH(quantized_matrix<float>::from_packed(std::int64_t{1} << 60, 64, {4, 32, true}, bytes, w8.scales()),
+                    Catch::Contains("overflow"));
 }

@@ -33,10 +33,6 @@ std::vector<Act> small_int_activations(std::size_t count, std::uint64_t seed) {
   return x;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Mean over outputs of |y - ref| / (|ref| + eps), eps guarding outputs that are nearly zero.
 double mean_relative_error(const std::vector<float>& y, const std::vector<double>& ref) {
   double sum = 0, scale = 0;
@@ -79,7 +75,7 @@ TEMPLATE_TEST_CASE("gemm_w4: every path is bit-identical to the reference on sma
           INFO("path " << to_string(p) << " parallel " << par);
           std::vector<float> y(static_cast<std::size_t>(m * n), -1.0f);
           gemm_w4(w, std::span<const Act>(x), m, std::span<float>(y), {p, par});
-          REQUIRE(same_bits(y, ref));
+          REQUIRE(quant_test::same_bits(y, ref));
         }
     }
 }
@@ -183,7 +179,7 @@ TEST_CASE("gemm_w8a8: scaled output equals the dequantized product of the quanti
     INFO("path " << to_string(p));
     std::vector<float> y(static_cast<std::size_t>(m * n));
     gemm_w8a8(w, a, std::span<float>(y), {p, true});
-    CHECK(same_bits(y, exact));
+    CHECK(quant_test::same_bits(y, exact));
     CHECK(mean_relative_error(y, ref) < 1e-3);
   }
 }
@@ -227,7 +223,7 @@ TEST_CASE("kernels: concurrent calls on shared weights give the same results", "
       for (int rep = 0; rep < 5; ++rep) {
         gemm_w4(w4, std::span<const float>(x), 2, std::span<float>(y), {isa::automatic, t % 2 == 0});
         gemm_w8a8_i32(w8, std::span<const std::int8_t>(a), 2, std::span<std::int32_t>(c), {isa::automatic, t % 2 == 1});
-        good = good && same_bits(y, ref4) && c == ref8;
+        good = good && quant_test::same_bits(y, ref4) && c == ref8;
       }
       ok[static_cast<std::size_t>(t)] = good ? 1 : 0;
     });

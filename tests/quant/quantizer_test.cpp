@@ -101,4 +101,10 @@ TEST_CASE("quantize: bad input is rejected", "[quant][quantizer]") {
   auto nan = w;
   nan[7] = std::nanf("");
   CHECK_THROWS_WITH(quantize<float>(nan, 2, 32, {4, 32, true}), Catch::Contains("weight 7 is nan"));
+  // N x K must not wrap to the span's size.
+  CHECK_THROWS_WITH(quantize<float>(w, (std::int64_t{1} << 62) + 1, 64, {4, 32, true}), Catch::Contains("overflow"));
+  // A scale beyond fp16's range is an error, not a silently clamped matrix.
+  const std::vector<float> big(64, 1e6f);
+  CHECK_THROWS_WITH(quantize<weft::half>(big, 2, 32, {4, 32, true}), Catch::Contains("cannot hold"));
+  CHECK_NOTHROW(quantize<weft::bfloat16>(big, 2, 32, {4, 32, true}));
 }

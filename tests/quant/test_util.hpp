@@ -6,9 +6,15 @@
 
 #include <cstdint>
 #include <random>
+#include <cstring>
 #include <vector>
 
 namespace quant_test {
+
+/// Bit-for-bit equality of two float vectors (exact kernels must match the reference exactly).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 inline std::vector<float> random_floats(std::size_t count, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937_64 rng(seed);

@@ -1,4 +1,6 @@
+#include <weft/sched/any_batch_scheduler.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/sim/cluster.hpp>
 #include <weft/sched/sim/simulator.hpp>
 #include <weft/sched/vtc_queue.hpp>
 
@@ -6,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <sstream>
 
 using namespace weft::sched;
@@ -69,7 +72,7 @@ TEST_CASE("simulator: chunked prefill lowers p99 TBT and completes everything", 
   const cost_model m(llama2_7b_a100());
   const workload w = poisson_workload(load(9, 400, 6.0));
   iteration_scheduler<> plain(continuous_batching(128, 16384), fcfs_queue{}, kv_for(m));
-  const std::int64_t budget = token_budget_for_tbt(m, 0.05, 64, 1500.0);
+  const std::int64_t budget = token_budget_for_tbt(m, 0.2, 64, 1500.0);
   CAPTURE(budget);
   REQUIRE(budget >= 128);
   iteration_scheduler<> chunked(chunked_prefill(budget, 128), fcfs_queue{}, kv_for(m));
@@ -120,71 +123,6 @@ TEST_CASE("simulator: swap preemption under a small cache still finishes", "[sch
   CHECK(r.idle_with_work == 0);
 }
 
-TEST_CASE("azure trace reader parses rows and names the bad line", "[sched][sim][trace]") {
-  std::istringstream good(
-      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-      "2023-11-16 18:15:46.6805900,374,44\n"
-      "2023-11-16 18:15:50.9951690,396,109\n"
-      "2023-11-16 18:15:51.2224670,879,55\n");
-  const workload w = read_azure_csv(good);
-  REQUIRE(w.size() == 3);
-  CHECK(w[0].req.arrival_s == 0.0);
-  CHECK(w[1].req.arrival_s == Approx(4.314579).margin(1e-9));
-  CHECK(w[2].req.prompt_tokens == 879);
-  CHECK(w[2].output_tokens == 55);
-  auto error_of = [](const std::string& text) {
-    std::istringstream in(text);
-    try {
-      (void)read_azure_csv(in);
-    } catch (const weft::error& e) {
-      CHECK(e.code() == weft::errc::parse);
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  const std::string head = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n";
-  CHECK_THAT(error_of(head + "2023-11-16 18:15:47.1,-5,44\n"),
-             Catch::Contains("line 3") && Catch::Contains("negative"));
-  CHECK_THAT(error_of(head + "2023-11-16 18:15:47.1,12\n"), Catch::Contains("line 3"));
-  CHECK_THAT(error_of(head + "\n2023-11-16 18:15:47.1,abc,4\n"), Catch::Contains("line 4"));
-  CHECK_THAT(error_of(head + "yesterday,1,4\n"), Catch::Contains("line 3") && Catch::Contains("TIMESTAMP"));
-  CHECK_THAT(error_of(head + "2023-11-16 18:15:47.1,10,0\n"), Catch::Contains("line 3"));
-  CHECK_THAT(error_of("time,in,out\n"), Catch::Contains("line 1"));
-  CHECK_THROWS_AS(read_azure_csv(std::string("/nonexistent/trace.csv")), weft::error);
-}
-
-TEST_CASE("burstgpt reader maps models to clients and skips failed rows", "[sched][sim][trace]") {
-  std::istringstream in(
-      "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-      "5,ChatGPT,472,18,490,Conversation log\n"
-      "45,ChatGPT,1087,0,1087,Conversation log\n"
-      "118,GPT-4,417,30,447,Conversation log\n");
-  std::size_t skipped = 0;
-  const workload w = read_burstgpt_csv(in, {}, &skipped);
-  REQUIRE(w.size() == 2);
-  CHECK(skipped == 1);
-  CHECK(w[0].req.client == client_id(0));
-  CHECK(w[1].req.client == client_id(1));
-  CHECK(w[1].req.arrival_s == Approx(113.0));
-  std::istringstream bad(
-      "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-      "5,ChatGPT,47x,18,490,Conversation log\n");
-  CHECK_THROWS_WITH(read_burstgpt_csv(bad), Catch::Contains("line 2") && Catch::Contains("Request tokens"));
-}
-
-TEST_CASE("the real Azure conversation trace, when present", "[sched][sim][trace][azure]") {
-  const std::filesystem::path path =
-      std::filesystem::path(WEFT_SCHED_SOURCE_DIR) / "../shared/data/azure_llm_2023_conv.csv";
-  if (!std::filesystem::exists(path)) {
-    WARN("skipped: " << path.string() << " not found (a checkout without ../shared/data)");
-    return;
-  }
-  const workload w = read_azure_csv(path.string());
-  CHECK(w.size() == 19366);  // data/README.md says 19,365; the file holds 19,366 rows
-  CHECK(w.back().req.arrival_s > 3000.0);
-  CHECK(w.back().req.arrival_s < 3700.0);
-}
-
 TEST_CASE("generators are seeded, valid and shaped as asked", "[sched][sim][generators]") {
   const workload p = poisson_workload(load(1, 5000, 10.0));
   CHECK(p.back().req.arrival_s / 5000.0 == Approx(0.1).epsilon(0.05));
@@ -205,26 +143,71 @@ TEST_CASE("generators are seeded, valid and shaped as asked", "[sched][sim][gene
   CHECK_THROWS_AS(gamma_workload(load(1, 10, 1.0), -1.0), weft::error);
 }
 
-TEST_CASE("cost model is a roofline: decode memory-bound, prefill compute-bound", "[sched][sim][cost]") {
+TEST_CASE("cost model: roofline fallback, explicit attention, engine overheads, budgets", "[sched][sim][cost]") {
   const cost_model m(llama2_7b_a100());
-  // One decode: weights / (bandwidth * efficiency) + overhead.
-  const double decode = m.iteration_s(1, 1000, 1000);
-  CHECK(decode == Approx(2e-3 + (6.74e9 * 2 + 1000 * 524288.0) / (2.039e12 * 0.8)).epsilon(1e-9));
-  // 4096 prefill tokens: compute-bound.
-  const double prefill = m.iteration_s(4096, 4096.0 * 4097 / 2, 4096);
-  CHECK(prefill > 2e-3 + 2 * 6.74e9 * 4096 / (312e12 * 0.5));
+  const cost_params& p = m.params();
+  // One decode over 1000 tokens of context: overheads + 32 layers of (weights read + KV read) + LM head.
+  const double w = 4096.0 * (4096 + 2 * 4096) + 4096.0 * 4096 + 3.0 * 4096 * 11008;
+  const double linear = p.layer_overhead_s + w * 2 / (2.039e12 * p.memory_efficiency);
+  const double attention =
+      p.attention_overhead_s + std::max(4.0 * 4096 * 1000 / (312e12 * p.attention_compute_efficiency),
+                                        1000.0 * 524288 / 32 / (2.039e12 * p.attention_memory_efficiency));
+  const double head = 32000.0 * 4096 * 2 / (2.039e12 * p.memory_efficiency);
+  CHECK(m.iteration_s(1, 1000, 1000) ==
+        Approx(p.iteration_overhead_s + p.per_request_overhead_s + 32 * (linear + attention) + head).epsilon(1e-9));
+  // 4096 prefill tokens: the linear part is compute-bound.
+  CHECK(m.roofline_linear_layer_s(4096) == Approx(p.layer_overhead_s + 2 * w * 4096 / (312e12 * p.compute_efficiency)));
   CHECK(m.kv_bytes_per_token() == 524288);
   CHECK(cost_model(llama2_70b_a100_tp4()).kv_bytes_per_token() == 327680);
-  CHECK(cost_model(llama2_7b_h100()).iteration_s(1, 1000, 1000) < decode);
-  const std::int64_t loose = token_budget_for_tbt(m, 0.2, 32, 1000), tight = token_budget_for_tbt(m, 0.03, 32, 1000);
+  CHECK(cost_model(mistral_7b_a100()).kv_bytes_per_token() == 131072);
+  CHECK(cost_model(llama2_7b_h100()).iteration_s(1, 1000, 1000) < m.iteration_s(1, 1000, 1000));
+  const std::int64_t loose = token_budget_for_tbt(m, 0.2, 32, 1000), tight = token_budget_for_tbt(m, 0.08, 32, 1000);
   CHECK(loose > tight);
   CHECK(tight >= 32);
   CHECK_THROWS_AS(token_budget_for_tbt(m, 0.0, 1, 1), weft::error);
   cost_params too_big = llama2_70b_a100_tp4();
   too_big.tensor_parallel = 1;
   CHECK_THROWS_AS(cost_model(too_big), weft::error);
+  cost_params nan = llama2_7b_a100();
+  nan.iteration_overhead_s = std::nan("");
+  CHECK_THROWS_AS(cost_model(nan), weft::error);
   CHECK(jain_index({1, 1, 1}) == Approx(1.0));
   CHECK(jain_index({1, 0, 0}) == Approx(1.0 / 3));
+}
+
+TEST_CASE("token_budget_for_tbt: KV capacity, chunk position, infeasible targets", "[sched][sim][cost][budget]") {
+  const cost_model m(mistral_7b_a100());
+  tbt_budget_query q;
+  q.tbt_target_s = 0.2;
+  q.decodes = 32;
+  q.mean_context = 1000;
+  const tbt_budget start = token_budget_for_tbt(m, q);
+  q.prompt_tokens = 6000;  // the last chunk of a 6000-token prompt attends to all of it
+  const tbt_budget end = token_budget_for_tbt(m, q);
+  CHECK(start.feasible);
+  CHECK(end.feasible);
+  CHECK(end.token_budget < start.token_budget);
+  CHECK(end.iteration_s <= 0.2);
+  q.headroom = 0.2;
+  CHECK(token_budget_for_tbt(m, q).iteration_s <= 0.16);
+  // More decodes than the KV cache holds: priced at what fits, and said.
+  q.headroom = 0.0;
+  q.decodes = 1000;
+  q.mean_context = 6000;
+  q.tbt_target_s = 5.0;
+  const tbt_budget kv = token_budget_for_tbt(m, q);
+  CHECK_FALSE(kv.feasible);
+  CHECK(kv.decodes < 1000);
+  CHECK(static_cast<double>(kv.decodes) * 6016 <= static_cast<double>(kv.kv_capacity_tokens));
+  CHECK_THAT(kv.reason, Catch::Contains("KV cache holds"));
+  // A target the decodes alone exceed.
+  q.decodes = 64;
+  q.mean_context = 1000;
+  q.tbt_target_s = 0.01;
+  const tbt_budget slow = token_budget_for_tbt(m, q);
+  CHECK_FALSE(slow.feasible);
+  CHECK(slow.token_budget == 64);
+  CHECK_THAT(slow.reason, Catch::Contains("decodes alone"));
 }
 
 TEST_CASE("simulator rejects bad workloads", "[sched][sim][errors]") {
@@ -240,5 +223,73 @@ TEST_CASE("simulator rejects bad workloads", "[sched][sim][errors]") {
   sim_options o;
   o.window_s = 0.0;
   CHECK_THROWS_AS(simulate(s, w, m, o), weft::error);
+  o = {};
+  o.max_time_s = std::nan("");
+  CHECK_THROWS_AS(simulate(s, w, m, o), weft::error);
+  o = {};
+  o.tbt_slo_s = -1.0;
+  CHECK_THROWS_AS(simulate(s, w, m, o), weft::error);
+  workload huge = w;
+  huge[1].req.prompt_tokens = max_request_tokens + 1;
+  CHECK_THROWS_AS(simulate(s, huge, m), weft::error);
+  workload dup = w;
+  dup[3].req.id = dup[2].req.id;
+  CHECK_THROWS_AS(simulate(s, dup, m), weft::error);
   CHECK(simulate(s, w, m).stats.finished == 5);  // still usable
+}
+
+TEST_CASE("one driver: a single instance equals a one-instance colocated cluster, bit for bit",
+          "[sched][sim][driver]") {
+  const cost_model m(llama2_7b_a100());
+  const workload w = poisson_workload(load(12, 300, 5.0));
+  iteration_scheduler<vtc_queue> s(chunked_prefill(512, 128), vtc_queue{}, kv_for(m));
+  sim_options o;
+  o.time_noise_cv = 0.05;
+  const sim_result a = simulate(s, w, m, o);
+  cluster_options c;
+  c.instances = 1;
+  const std::function<std::unique_ptr<iteration_scheduler<vtc_queue>>()> make = [&m] {
+    return std::make_unique<iteration_scheduler<vtc_queue>>(chunked_prefill(512, 128), vtc_queue{}, kv_for(m));
+  };
+  const cluster_result b = simulate_colocated(make, w, m, c, o);
+  CHECK(records_csv(a) == records_csv(b.result));
+}
+
+TEST_CASE("simulator: first-scheduled time, raw TBT gaps and the share over a TBT SLO", "[sched][sim][metrics]") {
+  const cost_model m(llama2_7b_a100());
+  const workload w = poisson_workload(load(3, 200, 4.0));
+  iteration_scheduler<> s(continuous_batching(128, 16384), fcfs_queue{}, kv_for(m));
+  sim_options o;
+  o.keep_tbt_gaps = true;
+  o.tbt_slo_s = 0.1;
+  const sim_result r = simulate(s, w, m, o);
+  REQUIRE(r.stats.finished == 200);
+  std::size_t tokens = 0, over = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const request_record& rec = r.records[i];
+    CHECK(rec.first_scheduled_s >= rec.arrival_s);
+    CHECK(rec.first_scheduled_s < rec.first_token_s);
+    CHECK(rec.scheduling_delay_s() >= 0.0);
+    tokens += static_cast<std::size_t>(rec.output_tokens - 1);
+  }
+  REQUIRE(r.tbt_gaps.size() == tokens);
+  double max_gap = 0;
+  for (double g : r.tbt_gaps) {
+    over += g > 0.1;
+    max_gap = std::max(max_gap, g);
+  }
+  CHECK(r.stats.tbt_over_slo == Approx(static_cast<double>(over) / static_cast<double>(tokens)));
+  CHECK(over > 0);  // Orca's whole-prompt prefills stall decodes past 100 ms
+  double max_rec = 0;
+  for (const auto& rec : r.records) max_rec = std::max(max_rec, rec.max_tbt_s);
+  CHECK(max_gap == max_rec);
+  CHECK(r.stats.sched_delay_p99 >= r.stats.sched_delay_p50);
+  CHECK(r.stats.never_scheduled == 0);
+}
+
+TEST_CASE("simulator runs any batch_scheduler, including the type-erased one", "[sched][sim][driver]") {
+  const cost_model m(llama2_7b_a100());
+  const workload w = poisson_workload(load(8, 50, 2.0));
+  any_batch_scheduler s(std::make_unique<iteration_scheduler<>>(chunked_prefill(512, 64), fcfs_queue{}, kv_for(m)));
+  CHECK(simulate(s, w, m).stats.finished == 50);
 }

@@ -44,9 +44,9 @@ inline linear_code approximate_code(std::size_t n, std::size_t d, std::uint64_t 
       for (std::size_t i = 0; i < n; ++i) perm[i] = (i + layer) % n;
     for (std::size_t i = 0; i < n; ++i) assignment[i].push_back(perm[i]);
   }
-  Eigen::MatrixXd b = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
+  coefficient_matrix b(n, n);
   for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j : assignment[i]) b(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = 1.0;
+    for (std::size_t j : assignment[i]) b(i, j) = 1.0;
   return linear_code("approximate(n=" + std::to_string(n) + ",d=" + std::to_string(d) + ")", std::move(b),
                      std::move(assignment), d - 1, code_kind::approximate);
 }
@@ -56,9 +56,7 @@ inline linear_code uncoded(std::size_t n) {
   expects(n > 0, errc::invalid_argument, "weft::coding::uncoded", "n must be positive, got 0");
   std::vector<std::vector<std::size_t>> a(n);
   for (std::size_t i = 0; i < n; ++i) a[i] = {i};
-  return linear_code("uncoded(n=" + std::to_string(n) + ")",
-                     Eigen::MatrixXd::Identity(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n)),
-                     std::move(a), 0);
+  return linear_code("uncoded(n=" + std::to_string(n) + ")", coefficient_matrix::identity(n), std::move(a), 0);
 }
 
 /// Ignore-stragglers (and backup workers, which is the same code with a fixed count to wait for):
@@ -68,19 +66,18 @@ inline linear_code ignore_stragglers(std::size_t n) {
   expects(n > 0, errc::invalid_argument, "weft::coding::ignore_stragglers", "n must be positive, got 0");
   std::vector<std::vector<std::size_t>> a(n);
   for (std::size_t i = 0; i < n; ++i) a[i] = {i};
-  return linear_code("ignore_stragglers(n=" + std::to_string(n) + ")",
-                     Eigen::MatrixXd::Identity(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n)),
-                     std::move(a), 0, code_kind::approximate);
+  return linear_code("ignore_stragglers(n=" + std::to_string(n) + ")", coefficient_matrix::identity(n), std::move(a), 0,
+                     code_kind::approximate);
 }
 
 /// A code from a user-supplied B (n x k) tolerating s stragglers, e.g. the n = 3, s = 1 example of
 /// Tandon et al. The assignment is the nonzero pattern of each row. Decodability is checked per
 /// survivor set when asked (decoder_for throws when B breaks the condition for that set).
-inline linear_code from_matrix(Eigen::MatrixXd b, std::size_t s, std::string name = "user code") {
-  std::vector<std::vector<std::size_t>> a(static_cast<std::size_t>(b.rows()));
-  for (Eigen::Index i = 0; i < b.rows(); ++i)
-    for (Eigen::Index j = 0; j < b.cols(); ++j)
-      if (b(i, j) != 0.0) a[static_cast<std::size_t>(i)].push_back(static_cast<std::size_t>(j));
+inline linear_code from_matrix(coefficient_matrix b, std::size_t s, std::string name = "user code") {
+  std::vector<std::vector<std::size_t>> a(b.rows());
+  for (std::size_t i = 0; i < b.rows(); ++i)
+    for (std::size_t j = 0; j < b.cols(); ++j)
+      if (b(i, j) != 0.0) a[i].push_back(j);
   return linear_code(std::move(name), std::move(b), std::move(a), s);
 }
 

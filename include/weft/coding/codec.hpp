@@ -8,8 +8,6 @@
 #include <weft/coding/decoder.hpp>
 #include <weft/core/error.hpp>
 
-#include <Eigen/Dense>
-
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -53,7 +51,7 @@ void encode(const Code& code, std::size_t worker, std::span<const std::span<cons
   for (std::size_t p = 0; p < held.size(); ++p) {
     expects(partials[p].size() == out.size(), errc::invalid_argument, ctx, "partial gradient ", p, " has ",
             partials[p].size(), " elements, output has ", out.size());
-    w[p] = code.coefficients()(static_cast<Eigen::Index>(worker), static_cast<Eigen::Index>(held[p]));
+    w[p] = static_cast<double>(code.coefficient(worker, held[p]));
   }
   detail::weighted_sum(w, partials, out);
 }

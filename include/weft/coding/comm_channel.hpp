@@ -157,9 +157,10 @@ class comm_worker_channel {
       }
       std::uint64_t s = 0;
       std::memcpy(&s, bytes.data(), sizeof s);
-      latest_ = latest_ ? std::max(*latest_, s) : s;
+      if (!any_cancelled_ || s > latest_) latest_ = s;
+      any_cancelled_ = true;
     }
-    return latest_ && *latest_ >= step;
+    return any_cancelled_ && latest_ >= step;
   }
 
  private:
@@ -167,7 +168,10 @@ class comm_worker_channel {
   int master_;
   std::size_t dim_;
   std::uint32_t base_;
-  std::optional<std::uint64_t> latest_;
+  // The latest cancelled step, valid once any_cancelled_ (a plain pair, not std::optional: g++ 12
+  // reports a false -Wmaybe-uninitialized on an inlined optional here at -O3).
+  std::uint64_t latest_ = 0;
+  bool any_cancelled_ = false;
 };
 
 }  // namespace weft::coding

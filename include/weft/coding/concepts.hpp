@@ -3,8 +3,7 @@
 #pragma once
 
 #include <weft/coding/decoder.hpp>
-
-#include <Eigen/Dense>
+#include <weft/coding/sequential_round.hpp>
 
 #include <chrono>
 #include <concepts>
@@ -18,15 +17,16 @@
 namespace weft::coding {
 
 /// C is a gradient code: n workers, k data partitions, an assignment of partitions to workers,
-/// encoding coefficients B (n x k, worker i sends sum_j B_ij g_j), and a decoder for any survivor
-/// set, or nullptr when the set cannot decode.
+/// encoding coefficients (coefficient(i, j) = B_ij; worker i sends sum_j B_ij g_j over the
+/// partitions it holds), and a decoder for any survivor set, or nullptr when the set cannot decode.
 template <class C>
-concept gradient_code = requires(const C& c, std::size_t worker, std::span<const std::size_t> survivors) {
+concept gradient_code = requires(const C& c, std::size_t worker, std::size_t partition,
+                                 std::span<const std::size_t> survivors) {
   { c.n_workers() } -> std::convertible_to<std::size_t>;
   { c.n_partitions() } -> std::convertible_to<std::size_t>;
   { c.stragglers() } -> std::convertible_to<std::size_t>;
   { c.assignment(worker) } -> std::convertible_to<std::span<const std::size_t>>;
-  { c.coefficients() } -> std::convertible_to<const Eigen::MatrixXd&>;
+  { c.coefficient(worker, partition) } -> std::convertible_to<double>;
   { c.try_decoder(survivors) } -> std::convertible_to<std::shared_ptr<const decoder>>;
 };
 
@@ -54,6 +54,22 @@ concept coded_channel = requires(T& t, std::chrono::steady_clock::time_point dea
                                  std::uint64_t step) {
   { t.receive(deadline) } -> std::same_as<std::optional<coded_message>>;
   t.cancel(worker, step);
+};
+
+/// S is a sequential gradient-coding scheme (Krishnan, Ebrahimi, Khisti, ICLR 2023): a job may
+/// start every round and must decode within delay() more rounds. Each round the master calls
+/// begin_round(start_job) for the workers' mini-tasks, asks tolerates(stragglers) whether it may
+/// leave the late workers behind (or must wait for them), and end_round(stragglers) for the jobs
+/// that decoded (with their decoding terms) or were missed. normalized_load() is the fraction of a
+/// job's data one worker processes per round.
+template <class S>
+concept sequential_scheme = requires(S& s, const S& cs, bool start_job, std::span<const std::size_t> stragglers) {
+  { cs.n_workers() } -> std::convertible_to<std::size_t>;
+  { cs.delay() } -> std::convertible_to<std::size_t>;
+  { cs.normalized_load() } -> std::convertible_to<double>;
+  { cs.tolerates(stragglers) } -> std::convertible_to<bool>;
+  { s.begin_round(start_job) } -> std::convertible_to<const std::vector<std::vector<mini_task>>&>;
+  { s.end_round(stragglers) } -> std::same_as<sequential_round_report>;
 };
 
 }  // namespace weft::coding

@@ -4,10 +4,10 @@
 // (DFT) code, and the random one of Tandon et al. (ICML 2017, Alg. 2), kept for contrast.
 #pragma once
 
+#include <weft/coding/coefficient_matrix.hpp>
+#include <weft/coding/detail/dense_solve.hpp>
 #include <weft/coding/detail/random.hpp>
 #include <weft/coding/linear_code.hpp>
-
-#include <Eigen/Dense>
 
 #include <cmath>
 #include <cstddef>
@@ -36,18 +36,18 @@ namespace detail {
 /// t = 2 pi i / n for the k frequencies f symmetric about 0 (integers when k is odd, half-integers
 /// when k is even). Every k rows are independent: up to a unitary change of basis they form a
 /// Vandermonde matrix at distinct points of the unit circle.
-inline Eigen::MatrixXd trig_generator(std::size_t n, std::size_t k) {
-  Eigen::MatrixXd a(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(k));
-  Eigen::Index col = 0;
+inline column_major trig_generator(std::size_t n, std::size_t k) {
+  column_major a(n, k);
+  std::size_t col = 0;
   const double centre = (static_cast<double>(k) - 1.0) / 2.0;
-  for (double f = centre - std::floor(centre); col < static_cast<Eigen::Index>(k); f += 1.0) {
+  for (double f = centre - std::floor(centre); col < k; f += 1.0) {
     for (std::size_t i = 0; i < n; ++i) {
       const double t = 2.0 * std::numbers::pi * static_cast<double>(i) / static_cast<double>(n);
       if (f == 0.0) {
-        a(static_cast<Eigen::Index>(i), col) = 1.0;
+        a(i, col) = 1.0;
       } else {
-        a(static_cast<Eigen::Index>(i), col) = std::cos(f * t);
-        a(static_cast<Eigen::Index>(i), col + 1) = std::sin(f * t);
+        a(i, col) = std::cos(f * t);
+        a(i, col + 1) = std::sin(f * t);
       }
     }
     col += (f == 0.0) ? 1 : 2;
@@ -59,81 +59,94 @@ inline Eigen::MatrixXd trig_generator(std::size_t n, std::size_t k) {
 /// to scale, codeword of the code spanned by the generator whose support is the window of workers
 /// {j-s, ..., j}; its scale makes x^T B = 1^T for x = ones (or a half-period cosine when that
 /// vector is orthogonal to a column, which happens for odd n and even n - s). Then for every F of
-/// n - s workers, 1^T lies in the row space of B_F (Raviv et al., Sec. 3). O(n^4): one SVD per column.
-inline Eigen::MatrixXd mds_columns(const Eigen::MatrixXd& gen, std::size_t s) {
-  const auto n = static_cast<std::size_t>(gen.rows());
-  const Eigen::Index k = gen.cols();
-  std::vector<Eigen::VectorXd> w(n);
+/// n - s workers, 1^T lies in the row space of B_F (Raviv et al., Sec. 3). O(n^4): one QR per
+/// column (the codeword's coordinates are a null vector of the generator's rows outside the window).
+inline coefficient_matrix mds_columns(const column_major& gen, std::size_t s) {
+  const std::size_t n = gen.m;
+  const std::size_t k = gen.n;
+  std::vector<std::vector<double>> w(n);
   for (std::size_t j = 0; j < n; ++j) {
-    Eigen::MatrixXd outside(static_cast<Eigen::Index>(n - s - 1), k);
-    Eigen::Index r = 0;
+    if (n - s - 1 == 0) {
+      w[j].assign(k, 0.0);
+      w[j][0] = 1.0;
+      continue;
+    }
+    column_major outside(n - s - 1, k);
+    std::size_t r = 0;
     for (std::size_t t = 0; t < n; ++t) {
       const std::size_t back = (j + n - t) % n;  // t is in the window when 0 <= j - t <= s (mod n)
-      if (back > s) outside.row(r++) = gen.row(static_cast<Eigen::Index>(t));
+      if (back > s) {
+        for (std::size_t c = 0; c < k; ++c) outside(r, c) = gen(t, c);
+        ++r;
+      }
     }
-    if (outside.rows() == 0) {
-      w[j] = Eigen::VectorXd::Unit(k, 0);
-    } else {
-      Eigen::JacobiSVD<Eigen::MatrixXd> svd(outside, Eigen::ComputeFullV);
-      w[j] = svd.matrixV().col(k - 1);
-    }
+    w[j] = null_vector(outside);
   }
-  auto scales_for = [&](const Eigen::VectorXd& x, double& worst) {
-    const Eigen::VectorXd v = gen.transpose() * x;
+  std::vector<double> u_all(n * n);  // u_all[j * n + t]: codeword j at worker t = (gen w_j)_t
+  for (std::size_t j = 0; j < n; ++j)
+    for (std::size_t t = 0; t < n; ++t) {
+      double v = 0;
+      for (std::size_t c = 0; c < k; ++c) v += gen(t, c) * w[j][c];
+      u_all[j * n + t] = v;
+    }
+  // d_j = x^T u_j: the scale that puts x^T B = 1^T.
+  auto scales_for = [&](const std::vector<double>& x, double& worst) {
+    // |x^T u_j| relative to ||gen^T x||, as before: how far from orthogonal x is to the codeword.
+    std::vector<double> gx(k, 0.0);
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t c = 0; c < k; ++c) gx[c] += gen(t, c) * x[t];
+    double gnorm = 0;
+    for (double v : gx) gnorm += v * v;
+    gnorm = std::sqrt(gnorm);
     worst = std::numeric_limits<double>::infinity();
     std::vector<double> d(n);
     for (std::size_t j = 0; j < n; ++j) {
-      d[j] = w[j].dot(v);
-      worst = std::min(worst, std::abs(d[j]) / v.norm());
+      double dot = 0;
+      for (std::size_t c = 0; c < k; ++c) dot += w[j][c] * gx[c];
+      d[j] = dot;
+      worst = std::min(worst, std::abs(dot) / gnorm);
     }
     return d;
   };
   double worst = 0;
-  std::vector<double> d = scales_for(Eigen::VectorXd::Ones(static_cast<Eigen::Index>(n)), worst);
+  std::vector<double> d = scales_for(std::vector<double>(n, 1.0), worst);
   if (worst < 1e-3) {
-    Eigen::VectorXd x(static_cast<Eigen::Index>(n));
+    std::vector<double> x(n);
     for (std::size_t i = 0; i < n; ++i)
-      x(static_cast<Eigen::Index>(i)) =
-          std::cos(std::numbers::pi * (static_cast<double>(i) + 0.5) / static_cast<double>(n));
+      x[i] = std::cos(std::numbers::pi * (static_cast<double>(i) + 0.5) / static_cast<double>(n));
     d = scales_for(x, worst);
   }
   expects(worst >= 1e-3, errc::unsupported, "weft::coding::cyclic_repetition",
           "no well-scaled cyclic MDS construction found for n = ", n, ", s = ", s);
-  Eigen::MatrixXd b = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
-  for (std::size_t j = 0; j < n; ++j) {
-    const Eigen::VectorXd u = gen * w[j];
+  coefficient_matrix b(n, n);
+  for (std::size_t j = 0; j < n; ++j)
     for (std::size_t back = 0; back <= s; ++back) {
       const std::size_t t = (j + n - back) % n;
-      b(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(j)) = u(static_cast<Eigen::Index>(t)) / d[j];
+      b(t, j) = u_all[j * n + t] / d[j];
     }
-  }
   return b;
 }
 
 /// Tandon et al. Alg. 2: H is s x n Gaussian with H 1 = 0; row i of B is the null vector of H
 /// restricted to the window {i, ..., i+s}, scaled so B(i, i) = 1.
-inline Eigen::MatrixXd tandon_random_rows(std::size_t n, std::size_t s, std::uint64_t seed) {
+inline coefficient_matrix tandon_random_rows(std::size_t n, std::size_t s, std::uint64_t seed) {
   rng gen(seed);
-  Eigen::MatrixXd h(static_cast<Eigen::Index>(s), static_cast<Eigen::Index>(n));
-  for (Eigen::Index r = 0; r < h.rows(); ++r) {
+  column_major h(s, n);
+  for (std::size_t r = 0; r < s; ++r) {
     double sum = 0;
-    for (Eigen::Index c = 0; c + 1 < h.cols(); ++c) sum += (h(r, c) = gen.normal());
-    h(r, h.cols() - 1) = -sum;
+    for (std::size_t c = 0; c + 1 < n; ++c) sum += (h(r, c) = gen.normal());
+    h(r, n - 1) = -sum;
   }
-  Eigen::MatrixXd b = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
+  coefficient_matrix b(n, n);
   for (std::size_t i = 0; i < n; ++i) {
-    Eigen::MatrixXd window(static_cast<Eigen::Index>(s), static_cast<Eigen::Index>(s + 1));
-    for (std::size_t c = 0; c <= s; ++c)
-      window.col(static_cast<Eigen::Index>(c)) = h.col(static_cast<Eigen::Index>((i + c) % n));
-    Eigen::VectorXd v;
-    if (s == 0) {
-      v = Eigen::VectorXd::Ones(1);
-    } else {
-      Eigen::JacobiSVD<Eigen::MatrixXd> svd(window, Eigen::ComputeFullV);
-      v = svd.matrixV().col(static_cast<Eigen::Index>(s));
+    std::vector<double> v(1, 1.0);
+    if (s > 0) {
+      column_major window(s, s + 1);
+      for (std::size_t c = 0; c <= s; ++c)
+        for (std::size_t r = 0; r < s; ++r) window(r, c) = h(r, (i + c) % n);
+      v = null_vector(window);
     }
-    for (std::size_t c = 0; c <= s; ++c)
-      b(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>((i + c) % n)) = v(static_cast<Eigen::Index>(c)) / v(0);
+    for (std::size_t c = 0; c <= s; ++c) b(i, (i + c) % n) = v[c] / v[0];
   }
   return b;
 }
@@ -150,16 +163,16 @@ inline std::vector<std::vector<std::size_t>> cyclic_assignment(std::size_t n, st
 /// Builds the cyclic repetition code for n workers and s stragglers: k = n partitions, worker i
 /// holds partitions i..i+s (mod n), load s+1, one coded vector sent per worker. seed is used only
 /// by cyclic_construction::random. Throws weft::error(invalid_argument) naming n and s when
-/// s >= n. O(n^4) to build (n SVDs of size n); decoders are solved lazily and cached.
+/// s >= n. O(n^4) to build (n QRs of size n); decoders are solved lazily and cached.
 inline linear_code cyclic_repetition(std::size_t n, std::size_t s,
                                      cyclic_construction construction = cyclic_construction::mds,
                                      std::uint64_t seed = 1) {
   constexpr const char* ctx = "weft::coding::cyclic_repetition";
   expects(n > 0, errc::invalid_argument, ctx, "n must be positive, got 0");
   expects(s < n, errc::invalid_argument, ctx, "s = ", s, " stragglers must be < n = ", n, " workers");
-  Eigen::MatrixXd b = construction == cyclic_construction::mds
-                          ? detail::mds_columns(detail::trig_generator(n, n - s), s)
-                          : detail::tandon_random_rows(n, s, seed);
+  coefficient_matrix b = construction == cyclic_construction::mds
+                             ? detail::mds_columns(detail::trig_generator(n, n - s), s)
+                             : detail::tandon_random_rows(n, s, seed);
   const std::string kind = construction == cyclic_construction::mds ? "mds" : "random";
   // The random construction's decoders carry its conditioning into the residual; a looser
   // tolerance keeps "exact" meaning "exact up to its own rounding" for it too.
@@ -179,17 +192,17 @@ inline linear_code hybrid_repetition(std::size_t n, std::size_t s) {
   expects(n > 0, errc::invalid_argument, ctx, "n must be positive, got 0");
   expects(s < n, errc::invalid_argument, ctx, "s = ", s, " stragglers must be < n = ", n, " workers");
   const std::size_t groups = n / (s + 1);
-  Eigen::MatrixXd b = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
+  coefficient_matrix b(n, n);
   std::vector<std::vector<std::size_t>> assignment(n);
   std::size_t start = 0;
   for (std::size_t g = 0; g < groups; ++g) {
     const std::size_t m = n / groups + (g < n % groups ? 1 : 0);
-    const Eigen::MatrixXd block = detail::mds_columns(detail::trig_generator(m, m - s), s);
+    const coefficient_matrix block = detail::mds_columns(detail::trig_generator(m, m - s), s);
     const auto local = detail::cyclic_assignment(m, s);
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t j : local[i]) assignment[start + i].push_back(start + j);
-    b.block(static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(m),
-            static_cast<Eigen::Index>(m)) = block;
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < m; ++j) b(start + i, start + j) = block(i, j);
     start += m;
   }
   return linear_code("hybrid_repetition(n=" + std::to_string(n) + ",s=" + std::to_string(s) + ")", std::move(b),

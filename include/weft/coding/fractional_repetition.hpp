@@ -21,13 +21,13 @@ inline linear_code fractional_repetition(std::size_t n, std::size_t s) {
   expects(s < n, errc::invalid_argument, ctx, "s = ", s, " stragglers must be < n = ", n, " workers");
   expects(n % (s + 1) == 0, errc::invalid_argument, ctx, "fractional repetition needs (s+1) | n, but s+1 = ", s + 1,
           " does not divide n = ", n, " (use cyclic_repetition or hybrid_repetition)");
-  Eigen::MatrixXd b = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
+  coefficient_matrix b(n, n);
   std::vector<std::vector<std::size_t>> assignment(n);
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t group = i / (s + 1);
     for (std::size_t j = group * (s + 1); j < (group + 1) * (s + 1); ++j) {
       assignment[i].push_back(j);
-      b(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = 1.0;
+      b(i, j) = 1.0;
     }
   }
   return linear_code("fractional_repetition(n=" + std::to_string(n) + ",s=" + std::to_string(s) + ")", std::move(b),

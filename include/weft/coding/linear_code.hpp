@@ -4,16 +4,17 @@
 // for every survivor set F with |F| >= n - s, the all-ones vector lies in the row space of B_F.
 #pragma once
 
+#include <weft/coding/coefficient_matrix.hpp>
 #include <weft/coding/decoder.hpp>
-#include <weft/coding/detail/linalg.hpp>
+#include <weft/coding/detail/dense_solve.hpp>
 #include <weft/core/error.hpp>
 
-#include <Eigen/Dense>
-
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,40 @@ namespace weft::coding {
 enum class code_kind { exact, approximate };
 
 namespace detail {
+
+/// Builds the decoder of survivor set F: a = argmin ||B_F^T a - 1|| with the smallest norm (complete
+/// orthogonal decomposition, dense_solve.hpp). O(|F| k min(|F|, k)).
+inline decoder solve_decoder(const coefficient_matrix& b, const survivor_set& f, double tolerance) {
+  decoder d;
+  d.survivors.assign(f.workers().begin(), f.workers().end());
+  const std::size_t k = b.cols();
+  if (f.size() == 0) {
+    d.residual = 1.0;
+    d.condition = std::numeric_limits<double>::infinity();
+    d.exact = false;
+    return d;
+  }
+  const std::vector<double> ones(k, 1.0);
+  const least_squares ls = min_norm_solve(rows_transposed(b, f.workers()), ones);
+  d.weights = ls.x;
+  d.condition = ls.condition;
+  double sq = 0, amp = 0;
+  std::vector<double> c(k, 0.0);  // c = B_F^T a, the coefficient each partition ends up with
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const auto row = b.row(f.workers()[i]);
+    double l1 = 0;
+    for (std::size_t j = 0; j < k; ++j) {
+      c[j] += row[j] * d.weights[i];
+      l1 += std::abs(row[j]);
+    }
+    amp += std::abs(d.weights[i]) * l1;
+  }
+  for (double v : c) sq += (v - 1.0) * (v - 1.0);
+  d.residual = std::sqrt(sq / static_cast<double>(k));
+  d.amplification = amp / static_cast<double>(k);
+  d.exact = d.residual <= tolerance;
+  return d;
+}
 
 /// Decoders keyed by survivor bitmask, at most `capacity` of them (the oldest entry is evicted
 /// first). Thread-safe (one mutex; a miss solves under the lock, O(n^3) once per distinct set).
@@ -83,8 +118,8 @@ class linear_code {
   /// b: n x k encoding matrix; assignment[i]: the partitions worker i stores (B_ij must be 0 for
   /// every other j); stragglers: s, the number of slow workers an exact code tolerates.
   /// Throws weft::error(invalid_argument) naming the value when s >= n, the assignment has the
-  /// wrong size, names a partition >= k, or B has a nonzero outside the assignment. O(n k).
-  linear_code(std::string name, Eigen::MatrixXd b, std::vector<std::vector<std::size_t>> assignment,
+  /// wrong size, names a partition >= k, or B has a nonzero outside the assignment or a NaN/Inf. O(n k).
+  linear_code(std::string name, coefficient_matrix b, std::vector<std::vector<std::size_t>> assignment,
               std::size_t stragglers, code_kind kind = code_kind::exact, double tolerance = 1e-9)
       : name_(std::move(name)),
         b_(std::move(b)),
@@ -94,8 +129,8 @@ class linear_code {
         tolerance_(tolerance),
         cache_(std::make_shared<detail::decoder_cache>(default_cache_capacity)) {
     constexpr const char* ctx = "weft::coding::linear_code::linear_code";
-    const auto n = static_cast<std::size_t>(b_.rows());
-    const auto k = static_cast<std::size_t>(b_.cols());
+    const std::size_t n = b_.rows();
+    const std::size_t k = b_.cols();
     expects(n > 0 && k > 0, errc::invalid_argument, ctx, "B must be non-empty, got ", n, " x ", k);
     expects(s_ < n, errc::invalid_argument, ctx, "s = ", s_, " stragglers must be < n = ", n, " workers");
     expects(assignment_.size() == n, errc::invalid_argument, ctx, "assignment has ", assignment_.size(),
@@ -109,20 +144,23 @@ class linear_code {
         held[j] = 1;
       }
       for (std::size_t j = 0; j < k; ++j)
-        expects(held[j] || b_(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) == 0.0,
-                errc::invalid_argument, ctx, "B(", i, ", ", j,
-                ") = ", b_(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)), " but worker ", i,
-                " does not hold partition ", j);
+        expects(held[j] || b_(i, j) == 0.0, errc::invalid_argument, ctx, "B(", i, ", ", j, ") = ", b_(i, j),
+                " but worker ", i, " does not hold partition ", j);
     }
+    for (double v : b_.data())
+      expects(std::isfinite(v), errc::invalid_argument, ctx, "B has a non-finite coefficient ", v);
   }
 
   const std::string& name() const noexcept { return name_; }
-  std::size_t n_workers() const noexcept { return static_cast<std::size_t>(b_.rows()); }
-  std::size_t n_partitions() const noexcept { return static_cast<std::size_t>(b_.cols()); }
+  std::size_t n_workers() const noexcept { return b_.rows(); }
+  std::size_t n_partitions() const noexcept { return b_.cols(); }
   std::size_t stragglers() const noexcept { return s_; }
   code_kind kind() const noexcept { return kind_; }
   /// The encoding matrix B (n x k). O(1).
-  const Eigen::MatrixXd& coefficients() const noexcept { return b_; }
+  const coefficient_matrix& coefficients() const noexcept { return b_; }
+  /// B(worker, partition): the weight of that partition's gradient in the worker's message; 0 for
+  /// a partition the worker does not hold. Unchecked indices. O(1).
+  double coefficient(std::size_t worker, std::size_t partition) const noexcept { return b_(worker, partition); }
 
   /// Partitions stored by worker w, in the order encode() expects them. Throws when w >= n. O(1).
   std::span<const std::size_t> assignment(std::size_t worker) const {
@@ -176,7 +214,7 @@ class linear_code {
 
  private:
   std::string name_;
-  Eigen::MatrixXd b_;                                 // invariant: zero outside assignment_
+  coefficient_matrix b_;                              // invariant: zero outside assignment_, finite
   std::vector<std::vector<std::size_t>> assignment_;  // invariant: one row per worker, entries < k
   std::size_t s_;                                     // invariant: s_ < n
   code_kind kind_;

@@ -3,8 +3,9 @@
 // within T further rounds. Each job is encoded with a gradient code; the coded tasks a straggler
 // left unfinished are carried over and repeated by that worker in later rounds (the selective
 // reattempt idea of the paper's SR-SGC), so a code for fewer stragglers suffices when straggling is
-// bursty. The code for each new job is chosen adaptively by replaying the recent straggler pattern.
-// T = 0 is classic gradient coding. This is weft's simplified scheduler, not the paper's M-SGC.
+// bursty. The code for each new job is chosen adaptively by replaying the recent straggler pattern
+// through this scheduler. T = 0 is classic gradient coding. This is weft's adaptive scheduler; the
+// paper's own schemes are sr_sgc.hpp (SR-SGC) and m_sgc.hpp (M-SGC).
 #pragma once
 
 #include <weft/coding/concepts.hpp>
@@ -116,16 +117,15 @@ class sequential_coder {
     return out;
   }
 
-  /// The code index the next job would get, from the replayed history. O(window^2 * codes).
+  /// The code index the next job would get: the least redundant code under which every job of the
+  /// remembered rounds whose deadline is also remembered would have decoded in time, replaying the
+  /// scheduler itself (a new job every round, each worker reattempting at most max_reattempts of the
+  /// jobs it owes per round, oldest first). With fewer remembered rounds than T + 1, the job of the
+  /// first remembered round must decode within them. O(window^2 * n * codes * decoder lookup).
   std::size_t choose_code() const {
     if (history_.empty()) return family_.size() - 1;
-    for (std::size_t c = 0; c < family_.size(); ++c) {
-      bool all_ok = true;
-      // Replay a job of code c starting at every remembered round whose deadline is also remembered.
-      for (std::size_t start = 0; start + t_ < history_.size() && all_ok; ++start) all_ok = replay(c, start);
-      if (history_.size() <= t_) all_ok = replay(c, 0);
-      if (all_ok) return c;
-    }
+    for (std::size_t c = 0; c < family_.size(); ++c)
+      if (replay(c)) return c;
     return family_.size() - 1;
   }
 
@@ -151,17 +151,45 @@ class sequential_coder {
     return family_[job.code_index].try_decoder(have) != nullptr;
   }
 
-  // A lone job with code c started at history_[start]: delivered by the finishers of its first
-  // round, then by each owing worker in the next T rounds that it finishes.
-  bool replay(std::size_t c, std::size_t start) const {
-    job_state job{c, std::vector<char>(n_workers(), 0)};
-    const std::size_t last = std::min(history_.size() - 1, start + t_);
-    for (std::size_t r = start; r <= last; ++r) {
-      for (std::size_t w = 0; w < n_workers(); ++w)
-        if (history_[r][w]) job.delivered[w] = 1;
-      if (decodable(job)) return true;
+  // Replays the remembered rounds with code c for every job, planning reattempts as begin_round
+  // does (at most max_reattempts per worker and round, oldest job first). False when a job whose
+  // deadline lies inside the remembered rounds misses it.
+  bool replay(std::size_t c) const {
+    const std::size_t n = n_workers(), rounds = history_.size();
+    std::deque<job_state> pending;  // in start order; code_index holds the start round here
+    for (std::size_t r = 0; r < rounds; ++r) {
+      pending.push_back({r, std::vector<char>(n, 0)});
+      for (std::size_t w = 0; w < n; ++w) {
+        if (!history_[r][w]) continue;  // straggled: delivered nothing this round
+        pending.back().delivered[w] = 1;
+        std::size_t reattempts = 0;
+        for (std::size_t j = 0; j + 1 < pending.size() && reattempts < max_reattempts_; ++j)
+          if (!pending[j].delivered[w]) {
+            pending[j].delivered[w] = 1;
+            ++reattempts;
+          }
+      }
+      for (auto it = pending.begin(); it != pending.end();) {
+        const std::size_t start = it->code_index;
+        if (decodable_with(c, *it)) {
+          it = pending.erase(it);
+        } else if (start + t_ <= r) {
+          return false;  // its deadline (start + T <= r < rounds) is inside the window
+        } else {
+          ++it;
+        }
+      }
     }
-    return false;
+    // No job's deadline fits in the window: the first job must at least decode within it.
+    if (rounds <= t_) return pending.empty() || pending.front().code_index != 0;
+    return true;
+  }
+
+  bool decodable_with(std::size_t c, const job_state& job) const {
+    std::vector<std::size_t> have;
+    for (std::size_t w = 0; w < job.delivered.size(); ++w)
+      if (job.delivered[w]) have.push_back(w);
+    return !have.empty() && family_[c].try_decoder(have) != nullptr;
   }
 
   std::vector<Code> family_;  // invariant: non-empty, all the same n

@@ -3,6 +3,7 @@
 // (what mpirun does, for one host). Both wait for all ranks and report each exit status.
 #pragma once
 
+#include <weft/comm/detail/env.hpp>
 #include <weft/core/error.hpp>
 
 #include <chrono>
@@ -139,23 +140,21 @@ inline launch_result spawn_ranks(int n, const std::string& program, const std::v
 }
 
 /// This process's rank and group size from WEFT_RANK / WEFT_SIZE (set by spawn_ranks), or
-/// {0, 1} when they are absent. Throws errc::parse for malformed values.
+/// {0, 1} when both are absent. Both are read strictly (detail/env.hpp): decimal digits only,
+/// WEFT_SIZE in [1, 65536] and WEFT_RANK in [0, WEFT_SIZE); an empty value, a value out of range,
+/// trailing characters or only one of the two set throw errc::parse.
 struct rank_env {
   int rank = 0;
   int size = 1;
 };
 inline rank_env rank_from_env() {
-  rank_env e;
-  const char* r = std::getenv("WEFT_RANK");
-  const char* s = std::getenv("WEFT_SIZE");
-  if (!r || !s) return e;
-  char* end = nullptr;
-  e.rank = static_cast<int>(std::strtol(r, &end, 10));
-  expects(end && *end == '\0', errc::parse, "weft::comm::rank_from_env", "WEFT_RANK='", r, "' is not an integer");
-  e.size = static_cast<int>(std::strtol(s, &end, 10));
-  expects(end && *end == '\0' && e.size >= 1 && e.rank >= 0 && e.rank < e.size, errc::parse,
-          "weft::comm::rank_from_env", "WEFT_RANK=", r, " WEFT_SIZE=", s, " is not a rank inside the size");
-  return e;
+  constexpr const char* where = "weft::comm::rank_from_env";
+  const auto size = detail::env_integer("WEFT_SIZE", 1, 65536, where);
+  const auto rank = detail::env_integer("WEFT_RANK", 0, size ? *size - 1 : 65535, where);
+  expects(rank.has_value() == size.has_value(), errc::parse, where, "WEFT_RANK and WEFT_SIZE must be set together (",
+          rank ? "WEFT_SIZE" : "WEFT_RANK", " is missing)");
+  if (!rank) return {};
+  return {static_cast<int>(*rank), static_cast<int>(*size)};
 }
 
 }  // namespace weft::comm

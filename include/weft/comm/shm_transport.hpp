@@ -6,6 +6,7 @@
 #pragma once
 
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/detail/shm_attach.hpp>
 #include <weft/comm/detail/stream_engine.hpp>
 #include <weft/core/error.hpp>
 
@@ -292,6 +293,7 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
     bytes_ = detail::shm_link::layout_bytes(size, opt.ring_bytes);
     const deadline until = clock_type::now() + opt.connect_timeout;
     int fd = -1;
+    void* p = nullptr;
     if (rank == 0) {
       ::shm_unlink(name.c_str());  // a segment left by a crashed run of the same name
       fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -304,24 +306,14 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
                             " bytes: ", std::strerror(e));
       }
     } else {
-      while ((fd = ::shm_open(name.c_str(), O_RDWR, 0600)) < 0) {
-        expects(clock_type::now() < until, errc::timeout, where, "rank ", rank, ": shared memory '", name,
-                "' was not created by rank 0 within the connect timeout");
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      struct stat st {};
-      while (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) < bytes_) {
-        if (clock_type::now() >= until) {
-          ::close(fd);
-          weft::detail::raise(errc::timeout, where, "rank ", rank, ": shared memory '", name, "' has ", st.st_size,
-                              " bytes, expected ", bytes_, " (different size or ring_bytes?)");
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
+      // A segment of this name may be a crashed run's leftover: attach only to rank 0's live one.
+      p = detail::shm_attach_current<detail::shm_header>(name, bytes_, detail::shm_magic, rank, until, where);
     }
-    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    expects(p != MAP_FAILED, errc::io, where, "cannot map shared memory '", name, "': ", std::strerror(errno));
+    if (rank == 0) {
+      p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::close(fd);
+      expects(p != MAP_FAILED, errc::io, where, "cannot map shared memory '", name, "': ", std::strerror(errno));
+    }
     base_ = static_cast<std::byte*>(p);
     link_ = std::make_unique<detail::shm_link>(base_, rank, size, opt.ring_bytes, opt.single_copy_min);
     auto& h = link_->header();
@@ -330,6 +322,7 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
         // ftruncate zero-filled the segment, which is every atomic's initial state; publish last.
         h.size = size;
         h.ring_bytes = opt.ring_bytes;
+        h.pids[0] = static_cast<std::int32_t>(::getpid());  // before the magic: peers check it is alive
         h.magic.store(detail::shm_magic, std::memory_order_release);
       }
       while (h.magic.load(std::memory_order_acquire) != detail::shm_magic) {

@@ -23,13 +23,15 @@
 
 namespace weft {
 
-/// Bounds on what a csv_reader accepts; a record past a bound is a parse error, never a bigger
+/// Bounds and dialect of a csv_reader. A record past a bound is a parse error, never a bigger
 /// allocation.
 struct csv_limits {
   std::size_t max_record_bytes = std::size_t{1} << 20;  ///< one record (line), quotes included
   std::size_t max_fields = 256;                         ///< fields of one record
   std::uint64_t max_records = std::uint64_t{1} << 32;   ///< data records of the whole file
   char separator = ',';
+  char comment = '\0';           ///< records starting with this character are skipped; '\0' = none
+  std::uint64_t first_line = 1;  ///< number of the stream's first line (the caller read some already)
 };
 
 /// Reads records from a stream. The first non-blank record is the header (names trimmed of
@@ -40,10 +42,10 @@ class csv_reader {
   /// `source` names the input in errors (a path, "<memory>"). Reads the header; throws
   /// weft::error(parse) for an empty input or a malformed header.
   csv_reader(std::istream& in, std::string source, csv_limits limits = {})
-      : in_(in), source_(std::move(source)), limits_(limits) {
+      : in_(in), source_(std::move(source)), limits_(limits), line_(limits.first_line), next_line_(limits.first_line) {
     expects(limits_.max_record_bytes > 0 && limits_.max_fields > 0, errc::invalid_argument, "weft::csv_reader",
             "limits must be positive");
-    if (!read_record()) fail_at(1, 0, "the input is empty: expected a header row");
+    if (!read_record()) fail_at(line_, 0, "the input is empty: expected a header row");
     header_ = fields_;
     for (auto& h : header_) h = std::string(trim(h));
     header_line_ = line_;
@@ -187,6 +189,14 @@ class csv_reader {
         ++next_line_;
         continue;
       }
+      if (limits_.comment != '\0' && c == limits_.comment) {  // a comment line: skip it, bounded
+        for (std::size_t n = 1; c >= 0 && c != '\n'; c = get())
+          if (++n > limits_.max_record_bytes)
+            fail_at(line_, 0, "comment longer than ", limits_.max_record_bytes,
+                    " bytes (csv_limits::max_record_bytes)");
+        ++next_line_;
+        continue;
+      }
       std::string cur;
       bool quoted = false, was_quoted = false;
       for (;; c = get()) {
@@ -239,7 +249,7 @@ class csv_reader {
   char buf_[1 << 14];
   std::size_t pos_ = 0, end_ = 0;
   bool first_ = true;
-  std::uint64_t line_ = 1, next_line_ = 1, header_line_ = 1, records_ = 0;
+  std::uint64_t line_, next_line_, header_line_ = 1, records_ = 0;
   std::vector<std::string> header_;
   std::vector<std::string> fields_;
 };

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -34,6 +35,13 @@ struct kv_config {
   double watermark = 0.01;      ///< fraction of usable blocks a new prompt must leave free
   bool enable_prefix_caching = true;
   std::size_t max_copy_unit_blocks = std::numeric_limits<std::uint32_t>::max();  ///< cap per swap unit
+  /// Prefix cache per tenant: request_options::tenant enters the first block's key, so requests of
+  /// different tenants never share cached blocks (nor reveal them through time to first token).
+  bool isolate_tenants = false;
+  /// Verify every prefix hit against the block's stored tokens and an independent fingerprint; a
+  /// key collision is counted (cache().collisions()) and treated as a miss. Costs 4 x block_size +
+  /// 8 bytes per block (device and host tier).
+  bool verify_on_hit = false;
 };
 
 /// Per-request inputs besides the tokens.
@@ -81,14 +89,18 @@ struct prefix_stats {
 /// (unknown or duplicate request id, appending to a swapped request) throws weft::error and changes
 /// nothing. Not thread-safe: one scheduler thread owns it. Complexity per call is O(blocks touched)
 /// plus O(1) expected hash-map work per request.
-template <block_hasher Hasher = chained_block_hasher>
+template <block_hasher Hasher = default_block_hasher>
 class kv_manager {
  public:
   using cache_type = hashed_prefix_cache<Hasher>;
 
   explicit kv_manager(const kv_config& config, Hasher hasher = Hasher{})
-      : config_(validated(config)), cache_(config.num_blocks, config.block_size, hasher) {
-    if (config.host_blocks > 0) host_ = std::make_unique<cache_type>(config.host_blocks, config.block_size, hasher);
+      : config_(validated(config)),
+        cache_(config.num_blocks, config.block_size, hasher,
+               config.verify_on_hit ? hit_check::verify_content : hit_check::key_only) {
+    if (config.host_blocks > 0)
+      host_ = std::make_unique<cache_type>(config.host_blocks, config.block_size, hasher, cache_.verification(),
+                                           cache_.fingerprint_hasher());
     admission_.set_watermark_blocks(
         static_cast<std::size_t>(std::floor(config.watermark * static_cast<double>(cache_.pool().usable_blocks()))));
   }
@@ -158,6 +170,7 @@ class kv_manager {
     r.media.assign(options.media.begin(), options.media.end());
     r.options.media = {};
     r.keys = std::move(p.keys);
+    r.prints = std::move(p.prints);
     for (const block_id b : hits_) cache_.acquire(b);  // before allocating: never evict our own hits
     r.table.adopt(hits_);
     fresh_.clear();
@@ -219,6 +232,7 @@ class kv_manager {
     c.table = p.table.fork(cache_);
     c.tokens = p.tokens;
     c.keys = p.keys;
+    c.prints = p.prints;
     c.committed = p.committed;
     c.tokens_known = p.tokens_known;
     c.options = p.options;
@@ -259,7 +273,7 @@ class kv_manager {
     std::vector<block_id> host(n, block_id::invalid());
     std::size_t hit = 0, revive = 0;
     for (std::size_t i = 0; i < n && i < r.committed; ++i) {
-      if (const auto h = host_->find(r.keys[i])) {
+      if (const auto h = host_->find(chain_of(r), i)) {
         host[i] = *h;
         ++hit;
         if (host_->is_free(*h)) ++revive;
@@ -279,7 +293,7 @@ class kv_manager {
       host[i] = fresh_[f++];
       copy_dev.push_back(dev[i]);
       copy_host.push_back(host_block_id(host[i].value()));
-      if (i < r.committed) host_->commit(host[i], r.keys[i]);
+      if (i < r.committed) host_->commit(host[i], chain_of(r), i);
     }
     swap_plan p = make_swap_plan(swap_direction::out, copy_dev, copy_host, config_.max_copy_unit_blocks);
     std::vector<host_block_id> hb(n);
@@ -304,7 +318,7 @@ class kv_manager {
     std::size_t hit = 0, revive = 0;
     hits_.assign(n, block_id::invalid());
     for (std::size_t i = 0; i < n && i < r.committed; ++i) {
-      if (auto b = cache_.find(r.keys[i])) {
+      if (auto b = cache_.find(chain_of(r), i)) {
         hits_[i] = *b;
         ++hit;
         if (cache_.is_free(*b)) ++revive;
@@ -327,7 +341,7 @@ class kv_manager {
         device[i] = fresh_[f++];
         copy_dev.push_back(device[i]);
         copy_host.push_back(r.host_blocks[i]);
-        if (i < r.committed) cache_.commit(device[i], r.keys[i]);
+        if (i < r.committed) cache_.commit(device[i], chain_of(r), i);
       }
     }
     swap_plan p = make_swap_plan(swap_direction::in, copy_dev, copy_host, config_.max_copy_unit_blocks);
@@ -338,6 +352,13 @@ class kv_manager {
     r.swapped = false;
     admission_.charge(r.options.tenant, n);
     return p;
+  }
+
+  /// Calls `handler` for every verify-on-hit mismatch (kv_config::verify_on_hit) in the device or
+  /// host tier, after counting it in that tier's cache().collisions(); empty to stop. O(1).
+  void set_collision_handler(const std::function<void(const key_collision&)>& handler) {
+    cache_.set_collision_handler(handler);
+    if (host_) host_->set_collision_handler(handler);
   }
 
   /// Drops every cached key. Returns false, changing nothing, while any request holds blocks. O(capacity).
@@ -376,6 +397,7 @@ class kv_manager {
     block_table table;
     std::vector<token_id> tokens;        // known token ids (prompt + decoded), for block keys
     std::vector<block_key> keys;         // keys of tokens' full blocks
+    std::vector<block_key> prints;       // verify_on_hit: fingerprints of the same blocks
     std::size_t committed = 0;           // blocks [0, committed) were offered to the cache
     bool tokens_known = true;            // false after a count-only append: stop caching
     request_options options;             // media span cleared; see media
@@ -388,6 +410,7 @@ class kv_manager {
     bool ok = false;
     std::size_t new_blocks = 0;
     std::vector<block_key> keys;
+    std::vector<block_key> prints;
   };
 
   static const kv_config& validated(const kv_config& c) {
@@ -409,14 +432,17 @@ class kv_manager {
     hits_.clear();
     host_hits_.clear();
     if (config_.enable_prefix_caching) {
-      cache_.extend_keys(prompt, key_options{options.cache_salt, options.adapter_id, options.media}, p.keys);
+      const key_options ko = key_options_for(options, options.media);
+      cache_.extend_keys(prompt, ko, p.keys);
+      if (config_.verify_on_hit) cache_.extend_prints(prompt, ko, p.prints);
       const std::size_t max_hit = std::min(p.keys.size(), (prompt.size() - 1) / block_size());
-      cache_.match(std::span<const block_key>(p.keys).first(max_hit), &hits_);
+      const block_chain chain{std::span<const block_key>(p.keys).first(max_hit), prompt, p.prints};
+      cache_.match(chain, &hits_);
       host_hits_.clear();
       if (host_) {
         // The prefix continues in the host tier: those blocks are copied in instead of recomputed.
         for (std::size_t i = hits_.size(); i < max_hit; ++i) {
-          const auto h = host_->find(p.keys[i]);
+          const auto h = host_->find(chain, i);
           if (!h) break;
           host_hits_.push_back(host_block_id(h->value()));
         }
@@ -443,10 +469,23 @@ class kv_manager {
   void commit_full_blocks(request& r) {
     if (!config_.enable_prefix_caching || !r.tokens_known) return;
     if (r.tokens.size() / block_size() == r.committed) return;  // no block filled up: nothing to hash
-    cache_.extend_keys(r.tokens, key_options{r.options.cache_salt, r.options.adapter_id, r.media}, r.keys);
+    const key_options ko = key_options_for(r.options, r.media);
+    cache_.extend_keys(r.tokens, ko, r.keys);
+    if (config_.verify_on_hit) cache_.extend_prints(r.tokens, ko, r.prints);
     const auto blocks = r.table.blocks();
-    for (; r.committed < r.keys.size(); ++r.committed) cache_.commit(blocks[r.committed], r.keys[r.committed]);
+    for (; r.committed < r.keys.size(); ++r.committed) cache_.commit(blocks[r.committed], chain_of(r), r.committed);
   }
+
+  // What enters a request's block keys: its salt, adapter and media, and its tenant when the
+  // cache is isolated per tenant.
+  key_options key_options_for(const request_options& o, std::span<const multimodal_item> media) const {
+    key_options k{o.cache_salt, o.adapter_id, media, std::nullopt};
+    if (config_.isolate_tenants) k.tenant = o.tenant;
+    return k;
+  }
+  // The request's full blocks as the prefix cache indexes them (tokens and fingerprints are
+  // used only with verify_on_hit).
+  static block_chain chain_of(const request& r) { return block_chain{r.keys, r.tokens, r.prints}; }
 
   request& get(request_id id, const char* where) { return find(id, where)->second; }
   const request& get(request_id id, const char* where) const {

@@ -5,7 +5,10 @@
 
 #include <weft/core/strong_id.hpp>
 
+#include <compare>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 
 namespace weft::kv {
@@ -26,8 +29,33 @@ using tenant_id = weft::strong_id<struct tenant_id_tag, std::uint32_t>;
 /// A token id as the tokenizer produced it.
 using token_id = std::int32_t;
 
-/// Content key of a full block: a chained hash of its parent's key, its tokens and extra keys.
-using block_key = std::uint64_t;
+/// Content key of a full block: 128 bits of a chained hash of its parent's key, its tokens and
+/// its extra fields (see block_hasher.hpp). 128 bits so that accidental collisions stay below
+/// 2^-64 even across 2^32 cached blocks, and a targeted one costs a second preimage. A plain value:
+/// ordered, hashable, printable as 32 hex digits. Thread-safe to copy; every operation O(1).
+struct block_key {
+  std::uint64_t hi = 0;  ///< first 8 bytes of the digest (little-endian)
+  std::uint64_t lo = 0;  ///< next 8 bytes; a 64-bit hasher puts its whole key here and leaves hi 0
+
+  /// The low 64 bits, for event streams and metrics that carry 64-bit block hashes (vLLM's KV
+  /// events). Not unique enough to index a cache that tenants share: keep the whole key for that.
+  constexpr std::uint64_t low64() const noexcept { return lo; }
+
+  friend constexpr bool operator==(const block_key&, const block_key&) = default;
+  friend constexpr auto operator<=>(const block_key&, const block_key&) = default;
+};
+
+/// Prints a key as 32 lowercase hex digits (hi then lo), the form logs and events use.
+inline std::ostream& operator<<(std::ostream& out, const block_key& k) {
+  char text[33];
+  constexpr char digits[] = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    text[i] = digits[(k.hi >> (60 - 4 * i)) & 0xf];
+    text[16 + i] = digits[(k.lo >> (60 - 4 * i)) & 0xf];
+  }
+  text[32] = '\0';
+  return out << text;
+}
 
 /// Where token i of a sequence lives: block and offset inside it. The flat slot index an attention
 /// kernel uses (vLLM's slot_mapping) is block.value() * block_size + offset.
@@ -50,3 +78,11 @@ inline std::ostream& operator<<(std::ostream& out, const block_copy& c) {
 }
 
 }  // namespace weft::kv
+
+/// Hashing for unordered containers: the key's bits are already a hash, so fold them.
+template <>
+struct std::hash<weft::kv::block_key> {
+  std::size_t operator()(const weft::kv::block_key& k) const noexcept {
+    return static_cast<std::size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL));
+  }
+};

@@ -70,13 +70,17 @@ struct lookup_result {
 };
 
 /// A load the engine must perform: copy expert `key` (`bytes` bytes) into slot `slot` of pool
-/// `pool`, then call complete(key). Any experts evicted to make room are in last_evicted().
+/// `pool`, then call complete(order) (or cancel(order)). Any experts evicted to make room are in
+/// last_evicted(). The ticket names this one load: a completion of a load that was cancelled (and
+/// perhaps restarted since) carries an old ticket and is refused, so a late copy can never mark
+/// the expert resident with the wrong bytes.
 struct load_order {
   expert_key key{};
   std::uint32_t pool = 0;
   std::uint32_t slot = 0;
   std::uint64_t bytes = 0;
   load_kind kind = load_kind::demand;
+  std::uint64_t ticket = 0;  ///< unique per load within its cache, never reused; starts at 1
 };
 
 /// Counters since construction (or reset_stats). A plain value.
@@ -98,8 +102,9 @@ struct cache_stats {
 ///   start_load(k)  -> a load_order (slot to fill, victims evicted) or nullopt when every entry of
 ///                     the pool is pinned or loading (wait for a completion and retry);
 ///   prefetch(k)    -> the same for a speculative load, nullopt also when k is already present;
-///   complete(k)    -> the engine's copy finished; k becomes resident (in any order of loads);
-///   cancel(k)      -> a load the engine abandoned; its slot is free again;
+///   complete(o)    -> the engine's copy for load_order o finished; its expert becomes resident
+///                     (in any order of loads); a stale ticket is an error;
+///   cancel(o)      -> a load the engine abandoned; its slot is free again;
 ///   pin/unpin(k)   -> pinned entries (counted) are never evicted; erase(k) drops a resident one.
 /// Slots are pool-local indices in [0, slot_capacity(pool)): under per-layer capacity each layer's
 /// experts use slots 0..n-1 of that layer's buffer. Only resident, unpinned entries are eviction
@@ -132,7 +137,7 @@ class expert_cache {
     const std::uint32_t pools = config_.scope == capacity_scope::per_layer ? s.num_layers : 1;
     pools_.resize(pools);
     for (std::uint32_t p = 0; p < pools; ++p) {
-      pool& pl = pools_[p];
+      pool_state& pl = pools_[p];
       const std::uint32_t first = pools == 1 ? 0 : p, last = pools == 1 ? s.num_layers : p + 1;
       std::uint64_t smallest = std::numeric_limits<std::uint64_t>::max(), largest = 0;
       for (std::uint32_t l = first; l < last; ++l) {
@@ -160,6 +165,7 @@ class expert_cache {
     slot_.assign(s.num_keys(), 0);
     pins_.assign(s.num_keys(), 0);
     prefetched_.assign(s.num_keys(), 0);
+    ticket_.assign(s.num_keys(), 0);
   }
 
   /// Looks k up as a demand access of the executing layer k.layer: the policy sees it and the
@@ -224,29 +230,40 @@ class expert_cache {
     return begin_load(k, load_kind::prefetch);
   }
 
-  /// The engine's copy of k finished: k becomes resident (and a candidate unless pinned).
-  /// Completions may arrive in any order. Throws weft::error if no load of k is under way.
-  void complete(expert_key k) {
-    check(k, "weft::moe::expert_cache::complete");
-    const std::size_t i = shape().index(k);
-    expects(state_[i] == entry_state::loading, errc::precondition, "weft::moe::expert_cache::complete",
-            "completing a load of expert ", k, " that was never started (it is ",
-            state_[i] == entry_state::absent ? "absent" : "already resident", ")");
+  /// The engine's copy for `order` finished: its expert becomes resident (and a candidate unless
+  /// pinned). Completions may arrive in any order. Throws weft::error (precondition), changing
+  /// nothing, if that load is not under way: never started, already completed, or cancelled — a
+  /// stale ticket whose expert may be loading again under a newer one. O(1) plus the policy's hook.
+  void complete(const load_order& order) { complete(order.key, order.ticket); }
+  /// As complete(order), from the expert and the ticket of its load_order.
+  void complete(expert_key k, std::uint64_t ticket) {
+    const std::size_t i = current_load(k, ticket, "weft::moe::expert_cache::complete");
     state_[i] = entry_state::resident;
     if (pins_[i] == 0) add_candidate(k);
   }
+  /// complete() of whatever load of k is under way. Ambiguous when a load of k was cancelled and
+  /// restarted: a late completion of the old copy would be taken for the new one.
+  [[deprecated("pass the load_order (or its ticket): complete(order)")]] void complete(expert_key k) {
+    check(k, "weft::moe::expert_cache::complete");
+    complete(k, ticket_[shape().index(k)]);
+  }
 
-  /// The engine abandoned the load of k (e.g. a mispredicted prefetch whose copy had not begun):
-  /// its slot is free again. Throws weft::error if k is not loading or is pinned.
-  void cancel(expert_key k) {
-    check(k, "weft::moe::expert_cache::cancel");
-    const std::size_t i = shape().index(k);
-    expects(state_[i] == entry_state::loading, errc::precondition, "weft::moe::expert_cache::cancel", "expert ", k,
-            " has no load under way");
+  /// The engine abandoned `order` (e.g. a mispredicted prefetch whose copy had not begun): its slot
+  /// is free again. Throws weft::error, changing nothing, if that load is not under way (as
+  /// complete) or its expert is pinned. O(1).
+  void cancel(const load_order& order) { cancel(order.key, order.ticket); }
+  /// As cancel(order), from the expert and the ticket of its load_order.
+  void cancel(expert_key k, std::uint64_t ticket) {
+    const std::size_t i = current_load(k, ticket, "weft::moe::expert_cache::cancel");
     expects(pins_[i] == 0, errc::precondition, "weft::moe::expert_cache::cancel", "expert ", k, " is pinned ", pins_[i],
             " time(s); unpin before cancelling its load");
     release(k);
     ++stats_.cancels;
+  }
+  /// cancel() of whatever load of k is under way (see the deprecated complete(k)).
+  [[deprecated("pass the load_order (or its ticket): cancel(order)")]] void cancel(expert_key k) {
+    check(k, "weft::moe::expert_cache::cancel");
+    cancel(k, ticket_[shape().index(k)]);
   }
 
   /// Pins k (loading or resident) so it is never evicted; pins nest. Throws weft::error if absent.
@@ -315,7 +332,7 @@ class expert_cache {
   std::uint64_t ticks() const noexcept { return tick_; }
 
  private:
-  struct pool {
+  struct pool_state {
     std::vector<Policy> policy;  // exactly one; a vector so Policy needs no default constructor
     std::uint64_t max_entries = 0, max_bytes = 0;
     std::uint64_t entries = 0, used_bytes = 0;          // loading + resident
@@ -326,15 +343,32 @@ class expert_cache {
   // candidates counts exactly the resident keys with pins_ == 0, and the policy holds exactly them.
 
   void check(expert_key k, const char* where) const { shape().check(k, where); }
+
+  // The index of k when `ticket` names its load under way; otherwise throws naming what happened.
+  std::size_t current_load(expert_key k, std::uint64_t ticket, const char* where) const {
+    check(k, where);
+    const std::size_t i = shape().index(k);
+    if (state_[i] == entry_state::loading && ticket_[i] == ticket) return i;
+    if (ticket == 0 || ticket >= next_ticket_)
+      weft::detail::raise(errc::precondition, where, "expert ", k, ": ticket ", ticket, " was never issued");
+    if (state_[i] == entry_state::loading)
+      weft::detail::raise(errc::precondition, where, "expert ", k, ": stale ticket ", ticket,
+                          " (that load was cancelled; the load under way is ticket ", ticket_[i], ")");
+    weft::detail::raise(errc::precondition, where, "expert ", k, ": ticket ", ticket, " is not a load under way (",
+                        state_[i] == entry_state::absent
+                            ? "the expert is absent: the load was cancelled or never started"
+                            : "the expert is resident: it completed already",
+                        ")");
+  }
   std::uint64_t layer_bytes(std::uint32_t layer) const noexcept {
     return config_.expert_bytes.size() == 1 ? config_.expert_bytes[0] : config_.expert_bytes[layer];
   }
-  pool& checked_pool(std::uint32_t p) {
+  pool_state& checked_pool(std::uint32_t p) {
     expects(p < pools_.size(), errc::out_of_range, "weft::moe::expert_cache", "pool ", p, " does not exist (",
             pools_.size(), " pools)");
     return pools_[p];
   }
-  const pool& checked_pool(std::uint32_t p) const { return const_cast<expert_cache*>(this)->checked_pool(p); }
+  const pool_state& checked_pool(std::uint32_t p) const { return const_cast<expert_cache*>(this)->checked_pool(p); }
   Policy& policy_of(expert_key k) noexcept { return pools_[pool_of(k)].policy.front(); }
   access_info info(bool demand) const noexcept { return access_info{tick_, layer_, request_, demand}; }
 
@@ -345,13 +379,13 @@ class expert_cache {
     }
   }
   void add_candidate(expert_key k) {
-    pool& pl = pools_[pool_of(k)];
+    pool_state& pl = pools_[pool_of(k)];
     ++pl.candidates;
     pl.candidate_bytes += layer_bytes(k.layer);
     pl.policy.front().on_insert(k, info(true));
   }
   void remove_candidate(expert_key k) {
-    pool& pl = pools_[pool_of(k)];
+    pool_state& pl = pools_[pool_of(k)];
     --pl.candidates;
     pl.candidate_bytes -= layer_bytes(k.layer);
     pl.policy.front().on_remove(k);
@@ -359,7 +393,7 @@ class expert_cache {
   // Frees k's slot and bytes; k must not be a candidate any more.
   void release(expert_key k) {
     const std::size_t i = shape().index(k);
-    pool& pl = pools_[pool_of(k)];
+    pool_state& pl = pools_[pool_of(k)];
     pl.free_slots.push_back(slot_[i]);
     --pl.entries;
     pl.used_bytes -= layer_bytes(k.layer);
@@ -369,7 +403,7 @@ class expert_cache {
 
   std::optional<load_order> begin_load(expert_key k, load_kind kind) {
     last_evicted_.clear();
-    pool& pl = pools_[pool_of(k)];
+    pool_state& pl = pools_[pool_of(k)];
     const std::uint64_t need = layer_bytes(k.layer);
     auto fits = [&] { return pl.entries < pl.max_entries && pl.max_bytes - pl.used_bytes >= need; };
     // Feasible only if evicting every candidate would make room; decide before touching anything,
@@ -396,17 +430,20 @@ class expert_cache {
     state_[i] = entry_state::loading;
     slot_[i] = slot;
     prefetched_[i] = kind == load_kind::prefetch ? 1 : 0;
+    ticket_[i] = next_ticket_++;
     (kind == load_kind::demand ? stats_.demand_loads : stats_.prefetch_loads)++;
     stats_.bytes_loaded += need;
-    return load_order{k, pool_of(k), slot, need, kind};
+    return load_order{k, pool_of(k), slot, need, kind, ticket_[i]};
   }
 
   cache_config config_;
-  std::vector<pool> pools_;
+  std::vector<pool_state> pools_;
   std::vector<entry_state> state_;
   std::vector<std::uint32_t> slot_;
   std::vector<std::uint32_t> pins_;
   std::vector<std::uint8_t> prefetched_;  // loaded by prefetch and not yet looked up
+  std::vector<std::uint64_t> ticket_;     // ticket of the current (or last) load of each entry
+  std::uint64_t next_ticket_ = 1;
   std::vector<expert_key> last_evicted_;
   cache_stats stats_{};
   std::uint64_t tick_ = 0;

@@ -97,7 +97,8 @@ inline expert_placement place_experts(std::span<const double> loads, std::uint32
   }
   for (std::uint32_t e = 0; e < E; ++e) {
     std::sort(out.replicas[e].begin(), out.replicas[e].end());
-    for (const std::uint32_t d : out.replicas[e]) out.device_load[d] += loads[e] / out.replicas[e].size();
+    for (const std::uint32_t d : out.replicas[e])
+      out.device_load[d] += loads[e] / static_cast<double>(out.replicas[e].size());
   }
   for (auto& list : out.device_experts) std::sort(list.begin(), list.end());
   return out;

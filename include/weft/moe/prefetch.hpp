@@ -40,7 +40,7 @@ class width_corrector {
     bool any = false;
     const std::size_t base = std::size_t{layer} * shape_.num_experts;
     for (std::uint32_t e = 0; e < shape_.num_experts; ++e) any |= predicted_[base + e] != 0;
-    for (const std::uint32_t e : experts) missed += predicted_[base + e] ? 0 : 1;
+    for (const std::uint32_t e : experts) missed += predicted_[base + e] ? 0u : 1u;
     std::fill(predicted_.begin() + static_cast<std::ptrdiff_t>(base),
               predicted_.begin() + static_cast<std::ptrdiff_t>(base + shape_.num_experts), std::uint8_t{0});
     if (!any) return 0;  // nothing was predicted for this layer: no evidence either way
@@ -224,7 +224,8 @@ class eam_prefetcher {
     double best_cos = 0;
     for (std::size_t h = 0; h < past_.size(); ++h) {
       if (past_norm2_[h] == 0 || current_norm2_ == 0) continue;
-      const double c = static_cast<double>(dot_[h]) / std::sqrt(static_cast<double>(past_norm2_[h]) * current_norm2_);
+      const double c = static_cast<double>(dot_[h]) /
+                       std::sqrt(static_cast<double>(past_norm2_[h]) * static_cast<double>(current_norm2_));
       if (c > best_cos) best_cos = c, best = h;
     }
     return best;

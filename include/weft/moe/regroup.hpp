@@ -92,7 +92,7 @@ inline regrouping regroup_tokens(std::span<const std::uint32_t> experts, std::ui
         if (assigned[t]) continue;
         std::uint32_t fresh = 0;
         for (std::uint32_t j = 0; j < experts_per_token; ++j)
-          fresh += in_batch[experts[std::size_t{t} * experts_per_token + j]] == stamp ? 0 : 1;
+          fresh += in_batch[experts[std::size_t{t} * experts_per_token + j]] == stamp ? 0u : 1u;
         const std::uint32_t shared = experts_per_token - fresh;
         if (best == tokens || fresh < best_new || (fresh == best_new && shared > best_shared))
           best = t, best_new = fresh, best_shared = shared;

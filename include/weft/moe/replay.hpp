@@ -34,9 +34,13 @@ struct replay_report {
   double stall_s = 0;  ///< time spent waiting for loads to finish
   double total_s = 0;  ///< simulated wall time of the whole trace
 
-  double hit_rate() const noexcept { return lookups ? static_cast<double>(hits + in_flight_hits) / lookups : 0.0; }
+  double hit_rate() const noexcept {
+    return lookups ? static_cast<double>(hits + in_flight_hits) / static_cast<double>(lookups) : 0.0;
+  }
   /// Hits that found the expert fully resident.
-  double resident_hit_rate() const noexcept { return lookups ? static_cast<double>(hits) / lookups : 0.0; }
+  double resident_hit_rate() const noexcept {
+    return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0.0;
+  }
 };
 
 /// A prefetcher that predicts nothing: replay without prefetching.
@@ -70,7 +74,7 @@ replay_report replay(const routing_trace& trace, expert_cache<P>& cache, F&& pre
   prefetch.bind(s);
 
   struct pending {
-    expert_key key;
+    load_order order;
     double finish;
   };
   std::deque<pending> link;  // FIFO: finish times are non-decreasing
@@ -82,11 +86,11 @@ replay_report replay(const routing_trace& trace, expert_cache<P>& cache, F&& pre
   auto schedule = [&](const load_order& order) {
     const double start = std::max(now, link_free);
     link_free = start + static_cast<double>(order.bytes) / options.bandwidth_bytes_per_s;
-    link.push_back({order.key, link_free});
+    link.push_back({order, link_free});
   };
   auto drain = [&] {
     while (!link.empty() && link.front().finish <= now) {
-      cache.complete(link.front().key);
+      cache.complete(link.front().order);
       link.pop_front();
     }
   };
@@ -99,7 +103,7 @@ replay_report replay(const routing_trace& trace, expert_cache<P>& cache, F&& pre
   };
   auto finish_of = [&](expert_key k) {
     for (const pending& p : link)
-      if (p.key == k) return p.finish;
+      if (p.order.key == k) return p.finish;
     return now;
   };
 

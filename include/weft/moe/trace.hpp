@@ -4,7 +4,10 @@
 // by MoE-Infinity §3, Xue et al. 2024, and "Not All Models Suit Expert Offloading", Liang et al. 2025).
 #pragma once
 
+#include <weft/core/checked.hpp>
+#include <weft/core/csv.hpp>
 #include <weft/core/error.hpp>
+#include <weft/core/random.hpp>
 #include <weft/moe/types.hpp>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 #include <sstream>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace weft::moe {
@@ -25,7 +29,10 @@ namespace weft::moe {
 class routing_trace {
  public:
   routing_trace() = default;
-  explicit routing_trace(model_shape shape) : shape_(shape) { shape.validate("weft::moe::routing_trace"); }
+  explicit routing_trace(model_shape shape) : shape_(shape) {
+    shape.validate("weft::moe::routing_trace");
+    seen_.assign(shape.num_experts, 0);
+  }
 
   /// Appends a token: `experts` holds num_layers * top_k expert ids, layer-major. Throws weft::error
   /// if the size is wrong, an id is out of range, or a layer repeats an expert.
@@ -37,12 +44,14 @@ class routing_trace {
             " expert ids; it needs num_layers * top_k = ", per_token);
     for (std::uint32_t l = 0; l < shape_.num_layers; ++l) {
       const auto row = experts.subspan(std::size_t{l} * shape_.top_k, shape_.top_k);
+      // Distinctness in O(k): stamp each expert with a generation number (seen_ is scratch).
+      if (++generation_ == 0) std::fill(seen_.begin(), seen_.end(), 0), generation_ = 1;
       for (std::size_t j = 0; j < row.size(); ++j) {
         expects(row[j] < shape_.num_experts, errc::out_of_range, where, "token ", num_tokens(), " layer ", l,
                 ": unknown expert ", row[j], " (the model has ", shape_.num_experts, ")");
-        for (std::size_t m = 0; m < j; ++m)
-          expects(row[m] != row[j], errc::invalid_argument, where, "token ", num_tokens(), " layer ", l,
-                  " routes to expert ", row[j], " twice; top-k experts are distinct");
+        expects(seen_[row[j]] != generation_, errc::invalid_argument, where, "token ", num_tokens(), " layer ", l,
+                " routes to expert ", row[j], " twice; top-k experts are distinct");
+        seen_[row[j]] = generation_;
       }
     }
     requests_.push_back(request);
@@ -51,7 +60,12 @@ class routing_trace {
 
   const model_shape& shape() const noexcept { return shape_; }
   std::size_t num_tokens() const noexcept { return requests_.size(); }
-  std::uint64_t request(std::size_t token) const { return requests_.at(token); }
+  /// The request of `token`; weft::error(out_of_range) when token >= num_tokens().
+  std::uint64_t request(std::size_t token) const {
+    expects(token < requests_.size(), errc::out_of_range, "weft::moe::routing_trace::request", "token ", token,
+            " of a trace of ", requests_.size(), " tokens");
+    return requests_[token];
+  }
   /// The top_k experts of `token` at `layer`. Precondition: token < num_tokens(), layer < num_layers.
   std::span<const std::uint32_t> experts(std::size_t token, std::uint32_t layer) const {
     return std::span<const std::uint32_t>(experts_).subspan((token * shape_.num_layers + layer) * shape_.top_k,
@@ -71,6 +85,8 @@ class routing_trace {
   model_shape shape_{};
   std::vector<std::uint64_t> requests_;
   std::vector<std::uint32_t> experts_;
+  std::vector<std::uint32_t> seen_;  // scratch for append's distinctness check, one stamp per expert
+  std::uint32_t generation_ = 0;
 };
 
 // ---- CSV format -------------------------------------------------------------------------------
@@ -95,89 +111,121 @@ inline void write_csv(std::ostream& out, const routing_trace& trace) {
     }
 }
 
+/// Bounds read_csv enforces on a trace header before anything is allocated: far above every
+/// published MoE model (DeepSeek-V3: 58 MoE layers x 256 experts, top-8), far below what would
+/// exhaust memory in an expert_cache built from the shape.
+struct trace_limits {
+  std::uint32_t max_layers = 1024;
+  std::uint32_t max_experts = 1u << 16;
+  std::uint64_t max_grid = std::uint64_t{1} << 22;  ///< layers * experts
+  std::uint32_t max_top_k = 1024;
+  std::uint64_t max_tokens = std::uint64_t{1} << 32;
+};
+
 namespace detail {
-inline std::uint64_t parse_uint(const std::string& text, std::size_t line, const char* what) {
-  expects(!text.empty() && text.size() <= 19 &&
-              std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }),
-          errc::parse, "weft::moe::read_csv", "line ", line, ": ", what, " '", text, "' is not a non-negative integer");
-  return std::stoull(text);
+// A whole non-negative decimal number of at most 19 digits (so it fits in 64 bits), or -1.
+inline std::int64_t parse_count(std::string_view text) noexcept {
+  if (text.empty() || text.size() > 19) return -1;
+  std::int64_t v = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// Line 1: "# weft-moe-trace v1 layers=L experts=E top_k=K", read with a bounded getline.
+inline model_shape read_trace_header(std::istream& in, const trace_limits& limits) {
+  constexpr const char* where = "weft::moe::read_csv";
+  std::string line;
+  for (int c = in.get(); c != std::char_traits<char>::eof() && c != '\n'; c = in.get()) {
+    expects(line.size() < 256, errc::parse, where, "line 1 is longer than 256 bytes; expected '# weft-moe-trace v1 ",
+            "layers=L experts=E top_k=K'");
+    line.push_back(static_cast<char>(c));
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  expects(!line.empty(), errc::parse, where,
+          "line 1 is empty; expected '# weft-moe-trace v1 layers=L experts=E top_k=K'");
+  std::istringstream head(line);
+  std::string hash, magic, version;
+  head >> hash >> magic >> version;
+  expects(hash == "#" && magic == "weft-moe-trace" && version == "v1", errc::parse, where, "line 1 is '",
+          csv_reader::clip(line), "'; expected '# weft-moe-trace v1 layers=L experts=E top_k=K'");
+  model_shape s{};
+  bool have_l = false, have_e = false, have_k = false;
+  std::string field;
+  while (head >> field) {
+    const auto eq = field.find('=');
+    expects(eq != std::string::npos, errc::parse, where, "line 1: field '", csv_reader::clip(field),
+            "' is not name=value");
+    const std::string_view name = std::string_view(field).substr(0, eq);
+    const std::int64_t value = parse_count(std::string_view(field).substr(eq + 1));
+    expects(value >= 0, errc::parse, where, "line 1: ", csv_reader::clip(name), " '",
+            csv_reader::clip(field.substr(eq + 1)), "' is not a non-negative integer");
+    auto bounded = [&](std::uint32_t limit) {
+      check_limit(value, limit, where, field.substr(0, eq).c_str());
+      return static_cast<std::uint32_t>(value);
+    };
+    if (name == "layers")
+      s.num_layers = bounded(limits.max_layers), have_l = true;
+    else if (name == "experts")
+      s.num_experts = bounded(limits.max_experts), have_e = true;
+    else if (name == "top_k")
+      s.top_k = bounded(limits.max_top_k), have_k = true;
+    else
+      weft::detail::raise(errc::parse, where, "line 1: unknown field '", csv_reader::clip(name), "'");
+  }
+  expects(have_l && have_e && have_k, errc::parse, where, "line 1 must give layers, experts and top_k");
+  check_limit(std::uint64_t{s.num_layers} * s.num_experts, limits.max_grid, where, "layers * experts");
+  s.validate(where);
+  return s;
 }
 }  // namespace detail
 
-/// Reads a trace in the CSV format above. Throws weft::error (errc::parse) naming the line of the
-/// first malformed row. Thread-safe for distinct streams. O(size).
-inline routing_trace read_csv(std::istream& in) {
+/// Reads a trace in the CSV format above (LF or CRLF line ends). Throws weft::error (errc::parse
+/// or errc::capacity) naming the line and column of the first malformed row, or the limit a header
+/// exceeds; every bound is checked before memory is spent. Thread-safe for distinct streams.
+/// O(size).
+inline routing_trace read_csv(std::istream& in, const trace_limits& limits = {}) {
   constexpr const char* where = "weft::moe::read_csv";
-  std::string line;
-  expects(static_cast<bool>(std::getline(in, line)), errc::parse, where, "empty input; expected the header line");
-  model_shape s{};
-  {
-    std::istringstream head(line);
-    std::string hash, magic, version;
-    head >> hash >> magic >> version;
-    expects(hash == "#" && magic == "weft-moe-trace" && version == "v1", errc::parse, where, "line 1 is '", line,
-            "'; expected '# weft-moe-trace v1 layers=L experts=E top_k=K'");
-    std::string field;
-    bool have_l = false, have_e = false, have_k = false;
-    while (head >> field) {
-      const auto eq = field.find('=');
-      expects(eq != std::string::npos, errc::parse, where, "line 1: field '", field, "' is not name=value");
-      const std::string name = field.substr(0, eq);
-      const std::uint64_t value = detail::parse_uint(field.substr(eq + 1), 1, name.c_str());
-      expects(value <= 0xFFFFFFFFull, errc::parse, where, "line 1: ", name, " = ", value, " is too large");
-      if (name == "layers")
-        s.num_layers = static_cast<std::uint32_t>(value), have_l = true;
-      else if (name == "experts")
-        s.num_experts = static_cast<std::uint32_t>(value), have_e = true;
-      else if (name == "top_k")
-        s.top_k = static_cast<std::uint32_t>(value), have_k = true;
-      else
-        expects(false, errc::parse, where, "line 1: unknown field '", name, "'");
-    }
-    expects(have_l && have_e && have_k, errc::parse, where, "line 1 must give layers, experts and top_k");
-    s.validate(where);
-  }
-  expects(static_cast<bool>(std::getline(in, line)) && line == "token,request,layer,experts", errc::parse, where,
+  const model_shape s = detail::read_trace_header(in, limits);
+  csv_reader csv(
+      in, "moe trace",
+      {.max_record_bytes = 64 + 12 * std::size_t{s.top_k}, .max_fields = 4, .comment = '#', .first_line = 2});
+  expects(csv.header() == std::vector<std::string>{"token", "request", "layer", "experts"}, errc::parse, where,
           "line 2 must be 'token,request,layer,experts'");
   routing_trace trace(s);
   std::vector<std::uint32_t> token_experts;
-  std::uint64_t token_request = 0;
-  std::size_t line_no = 2;
-  std::uint64_t expect_token = 0;
+  std::uint64_t token_request = 0, expect_token = 0;
   std::uint32_t expect_layer = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> cols;
-    std::istringstream row(line);
-    std::string col;
-    while (std::getline(row, col, ',')) cols.push_back(col);
-    expects(cols.size() == 4, errc::parse, where, "line ", line_no, " has ", cols.size(), " columns; expected 4");
-    const std::uint64_t token = detail::parse_uint(cols[0], line_no, "token");
-    const std::uint64_t request = detail::parse_uint(cols[1], line_no, "request");
-    const std::uint64_t layer = detail::parse_uint(cols[2], line_no, "layer");
-    expects(token == expect_token && layer == expect_layer, errc::parse, where, "line ", line_no, ": row is token ",
-            token, " layer ", layer, "; expected token ", expect_token, " layer ", expect_layer);
+  while (csv.next()) {
+    if (csv.size() != 4) csv.fail("the row has ", csv.size(), " columns; expected 4");
+    const auto token = csv.number<std::uint64_t>(0);
+    const auto request = csv.number<std::uint64_t>(1);
+    const auto layer = csv.number<std::uint64_t>(2);
+    if (token != expect_token || layer != expect_layer)
+      csv.fail("row is token ", token, " layer ", layer, "; expected token ", expect_token, " layer ", expect_layer);
+    if (expect_token >= limits.max_tokens)
+      csv.fail("more than ", limits.max_tokens, " tokens (trace_limits::max_tokens)");
     if (layer == 0) token_request = request;
-    expects(request == token_request, errc::parse, where, "line ", line_no, ": request ", request,
-            " differs from the request ", token_request, " of the token's layer 0");
-    std::istringstream ids(cols[3]);
+    if (request != token_request)
+      csv.fail("request ", request, " differs from the request ", token_request, " of the token's layer 0");
+    std::istringstream ids{std::string(csv.field(3))};
     std::string id;
     std::size_t count = 0;
     while (ids >> id) {
-      const std::uint64_t e = detail::parse_uint(id, line_no, "expert");
-      expects(e < s.num_experts, errc::parse, where, "line ", line_no, ": unknown expert ", e, " (the model has ",
-              s.num_experts, ")");
+      const std::int64_t e = detail::parse_count(id);
+      if (e < 0) csv.fail_column(3, "expert '", csv_reader::clip(id), "' is not a non-negative integer");
+      if (e >= s.num_experts) csv.fail_column(3, "unknown expert ", e, " (the model has ", s.num_experts, ")");
+      if (++count > s.top_k) csv.fail_column(3, "more than top_k = ", s.top_k, " experts");
       token_experts.push_back(static_cast<std::uint32_t>(e));
-      ++count;
     }
-    expects(count == s.top_k, errc::parse, where, "line ", line_no, " lists ", count, " experts; top_k is ", s.top_k);
+    if (count != s.top_k) csv.fail_column(3, "lists ", count, " experts; top_k is ", s.top_k);
     if (++expect_layer == s.num_layers) {
       try {
         trace.append(token_request, token_experts);
       } catch (const weft::error& e) {
-        weft::detail::raise(errc::parse, where, "line ", line_no, ": ", e.what());
+        csv.fail(e.what());
       }
       token_experts.clear();
       expect_layer = 0;
@@ -212,22 +260,6 @@ struct trace_params {
   std::uint64_t seed = 1;
 };
 
-namespace detail {
-// splitmix64: a tiny generator with exactly specified output, so traces reproduce across standard
-// libraries (std::uniform_*_distribution differ between them).
-struct splitmix64 {
-  std::uint64_t state;
-  std::uint64_t next() noexcept {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  std::uint32_t below(std::uint32_t n) noexcept { return static_cast<std::uint32_t>(next() % n); }
-};
-}  // namespace detail
-
 /// Generates a routing trace, reproducibly from params.seed. For each token, layer and rank j, the
 /// expert is (in order of trial): with probability `reuse` the previous token's rank-j expert at this
 /// layer; else with probability `layer_correlation` the affinity image of this token's
@@ -242,7 +274,7 @@ inline routing_trace generate_trace(const trace_params& p) {
   expects(p.zipf_s >= 0.0, errc::invalid_argument, where, "zipf_s is ", p.zipf_s, "; it must be >= 0");
   expects(p.reuse >= 0.0 && p.layer_correlation >= 0.0 && p.reuse + p.layer_correlation <= 1.0, errc::invalid_argument,
           where, "reuse (", p.reuse, ") and layer_correlation (", p.layer_correlation, ") must be >= 0 with sum <= 1");
-  detail::splitmix64 rng{p.seed};
+  weft::rng rng(p.seed);
   const std::uint32_t L = s.num_layers, E = s.num_experts, K = s.top_k;
   // Zipf CDF over ranks 0..E-1.
   std::vector<double> cdf(E);
@@ -254,7 +286,7 @@ inline routing_trace generate_trace(const trace_params& p) {
   for (std::size_t block = 0; block < std::size_t{p.num_topics} * L; ++block) {
     auto shuffle = [&](std::uint32_t* a) {
       for (std::uint32_t i = 0; i < E; ++i) a[i] = i;
-      for (std::uint32_t i = E; i > 1; --i) std::swap(a[i - 1], a[rng.below(i)]);
+      for (std::uint32_t i = E; i > 1; --i) std::swap(a[i - 1], a[static_cast<std::uint32_t>(rng.below(i))]);
     };
     shuffle(&ranking[block * E]);
     shuffle(&affinity[block * E]);
@@ -266,7 +298,7 @@ inline routing_trace generate_trace(const trace_params& p) {
   routing_trace trace(s);
   std::vector<std::uint32_t> prev(std::size_t{L} * K), cur(std::size_t{L} * K);
   for (std::uint32_t r = 0; r < p.num_requests; ++r) {
-    const std::uint32_t topic = rng.below(p.num_topics);
+    const auto topic = static_cast<std::uint32_t>(rng.below(p.num_topics));
     for (std::uint32_t t = 0; t < p.tokens_per_request; ++t) {
       for (std::uint32_t l = 0; l < L; ++l) {
         const std::uint32_t* rank = &ranking[(std::size_t{topic} * L + l) * E];

@@ -31,6 +31,9 @@ struct model_shape {
   std::uint32_t num_experts = 0;
   std::uint32_t top_k = 1;
 
+  /// The most (layer, expert) entries a shape may have: caches keep a few bytes per entry.
+  static constexpr std::size_t max_keys = std::size_t{1} << 24;
+
   constexpr std::size_t num_keys() const noexcept { return std::size_t{num_layers} * num_experts; }
   constexpr bool contains(expert_key k) const noexcept { return k.layer < num_layers && k.expert < num_experts; }
   constexpr std::size_t index(expert_key k) const noexcept { return std::size_t{k.layer} * num_experts + k.expert; }
@@ -44,6 +47,8 @@ struct model_shape {
     expects(num_experts >= 1, errc::invalid_argument, context, "num_experts is ", num_experts, "; it must be >= 1");
     expects(top_k >= 1 && top_k <= num_experts, errc::invalid_argument, context, "top_k is ", top_k,
             "; it must be in [1, num_experts = ", num_experts, "]");
+    expects(num_keys() <= max_keys, errc::capacity, context, "num_layers * num_experts = ", num_keys(),
+            " exceeds model_shape::max_keys = ", max_keys, " (per-expert state would not fit in memory)");
   }
   /// Throws weft::error naming the key unless it lies inside the grid.
   void check(expert_key k, const char* context) const {

@@ -6,11 +6,13 @@
 //   scales        [G][N]
 #pragma once
 
+#include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
 #include <weft/quant/format.hpp>
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace weft::quant {
@@ -38,7 +40,8 @@ struct awq_tensors {
 };
 
 /// Converts AWQ tensors into weft's layout, losslessly. Throws weft::error when N is not a multiple
-/// of the packing factor 8, a tensor has the wrong size, or the group size is not a multiple of 32.
+/// of the packing factor 8, a tensor has the wrong size (sizes are overflow-checked, so a crafted
+/// shape cannot pass), the group size is not a multiple of 32, or a scale is NaN or infinite.
 /// O(N K). Thread-safe.
 template <scale_value Scale>
 quantized_matrix<Scale> from_awq(const awq_view<Scale>& t) {
@@ -48,13 +51,17 @@ quantized_matrix<Scale> from_awq(const awq_view<Scale>& t) {
           " is not divisible by 8, the number of int4 codes AWQ packs into one int32 along N");
   expects(t.group_size > 0 && t.group_size % int4_block == 0, errc::invalid_argument, where,
           "group_size = ", t.group_size, " must be a positive multiple of ", int4_block);
-  const std::int64_t groups = ceil_div(t.k, t.group_size), words = t.n / 8;
-  expects(t.qweight.size() == static_cast<std::size_t>(t.k * words), errc::invalid_argument, where, "qweight has ",
-          t.qweight.size(), " words but [K][N/8] needs ", t.k * words);
-  expects(t.qzeros.size() == static_cast<std::size_t>(groups * words), errc::invalid_argument, where, "qzeros has ",
-          t.qzeros.size(), " words but [G][N/8] needs ", groups * words, " (G = ", groups, ")");
-  expects(t.scales.size() == static_cast<std::size_t>(groups * t.n), errc::invalid_argument, where, "scales has ",
-          t.scales.size(), " elements but [G][N] needs ", groups * t.n, " (G = ", groups, ")");
+  // Shapes come from a checkpoint's metadata: every product is checked, so none can wrap to a
+  // size that matches the (small) tensors and let the loops below run past them.
+  const std::int64_t groups = checked_ceil_div<std::int64_t>(t.k, t.group_size, where), words = t.n / 8;
+  const auto qweight_words = checked_mul(t.k, words, where), qzeros_words = checked_mul(groups, words, where),
+             scale_count = checked_mul(groups, t.n, where);
+  expects(std::cmp_equal(t.qweight.size(), qweight_words), errc::invalid_argument, where, "qweight has ",
+          t.qweight.size(), " words but [K][N/8] needs ", qweight_words, " (K = ", t.k, ", N = ", t.n, ")");
+  expects(std::cmp_equal(t.qzeros.size(), qzeros_words), errc::invalid_argument, where, "qzeros has ", t.qzeros.size(),
+          " words but [G][N/8] needs ", qzeros_words, " (G = ", groups, ", N = ", t.n, ")");
+  expects(std::cmp_equal(t.scales.size(), scale_count), errc::invalid_argument, where, "scales has ", t.scales.size(),
+          " elements but [G][N] needs ", scale_count, " (G = ", groups, ", N = ", t.n, ")");
   const auto nibble = [](std::int32_t word, std::int64_t col) {
     return static_cast<std::int32_t>((static_cast<std::uint32_t>(word) >> (4 * awq_nibble(static_cast<int>(col % 8)))) &
                                      0xF);

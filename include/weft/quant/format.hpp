@@ -3,12 +3,14 @@
 // in a layout the CPU vector kernels and the CUDA kernels read directly (see tile_math.hpp).
 #pragma once
 
+#include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
 #include <weft/quant/concepts.hpp>
 #include <weft/quant/tile_math.hpp>
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -30,6 +32,17 @@ constexpr int code_min(int bits) noexcept { return bits == 4 ? 0 : -128; }
 constexpr int code_max(int bits) noexcept { return bits == 4 ? 15 : 127; }
 /// Zero point of symmetric quantization.
 constexpr int symmetric_zero(int bits) noexcept { return bits == 4 ? 8 : 0; }
+
+/// Every size of an N x K matrix in weft's layout, computed with overflow checks (see
+/// quantized_matrix::check_scheme), so no later product of these can wrap. A plain value.
+struct packed_sizes {
+  std::int64_t k_padded = 0;      ///< K rounded up to 32 (int4) or 64 (int8)
+  std::int64_t group_size = 0;    ///< elements per group (round_up(K, 32) when per-channel)
+  std::int64_t groups = 0;        ///< ceil(K / group_size)
+  std::int64_t elements = 0;      ///< N x K
+  std::int64_t cells = 0;         ///< N x groups (scales, zeros)
+  std::int64_t packed_bytes = 0;  ///< bytes of packed codes, padding included
+};
 
 /// An N x K weight matrix in weft's packed layout.
 ///   int4: rows of round_up(K, 32) codes, 16 bytes per 32-element block; byte j of a block holds
@@ -53,11 +66,11 @@ class quantized_matrix {
                                      std::span<const std::int32_t> codes, std::span<const Scale> scales,
                                      std::span<const std::int16_t> zeros = {}) {
     constexpr const char* where = "weft::quant::quantized_matrix::from_codes";
-    check_scheme(n, k, scheme, where);
-    const std::int64_t groups = ceil_div(k, scheme.group_size == 0 ? round_up(k, int4_block) : scheme.group_size);
-    const auto cells = static_cast<std::size_t>(n * groups);
-    expects(codes.size() == static_cast<std::size_t>(n * k), errc::invalid_argument, where, "codes has ", codes.size(),
-            " elements but N x K = ", n * k);
+    const packed_sizes z = check_scheme(n, k, scheme, where);
+    const std::int64_t groups = z.groups;
+    const auto cells = static_cast<std::size_t>(z.cells);
+    expects(codes.size() == static_cast<std::size_t>(z.elements), errc::invalid_argument, where, "codes has ",
+            codes.size(), " elements but N x K = ", n, " x ", k, " = ", z.elements);
     expects(scales.size() == cells, errc::invalid_argument, where, "scales has ", scales.size(),
             " elements but N x groups = ", n, " x ", groups, " = ", cells);
     expects(zeros.empty() ? scheme.symmetric : zeros.size() == cells, errc::invalid_argument, where, "zeros has ",
@@ -67,20 +80,47 @@ class quantized_matrix {
       expects(codes[i] >= lo && codes[i] <= hi, errc::out_of_range, where, "code ", codes[i], " at index ", i,
               " is outside [", lo, ", ", hi, "] for ", scheme.bits, "-bit weights");
     quantized_matrix m;
-    m.init_shape(n, k, scheme);
-    m.scales_.assign(scales.begin(), scales.end());
-    if (zeros.empty()) {
-      m.zeros_.assign(cells, static_cast<std::int16_t>(symmetric_zero(scheme.bits)));
-    } else {
-      for (std::size_t i = 0; i < zeros.size(); ++i) {
-        const bool ok = scheme.symmetric ? zeros[i] == symmetric_zero(scheme.bits)
-                                         : zeros[i] >= lo && zeros[i] <= hi + (scheme.bits == 4 ? 1 : 0);
-        expects(ok, errc::out_of_range, where, "zero point ", zeros[i], " at index ", i, " is not valid for a ",
-                scheme.symmetric ? "symmetric " : "asymmetric ", scheme.bits, "-bit scheme");
-      }
-      m.zeros_.assign(zeros.begin(), zeros.end());
-    }
+    m.init_shape(n, k, scheme, z);
+    m.set_scales_and_zeros(scales, zeros, where);
     m.pack(codes);
+    return m;
+  }
+
+  /// Builds the matrix from weft's own packed layout: `packed`, `scales` and `zeros` as packed(),
+  /// scales() and zeros() return them for a matrix of this shape and scheme (e.g. written to a
+  /// file; zeros may be empty for a symmetric scheme). Every size is checked (with overflow-safe
+  /// arithmetic) against the shape, scales must be finite, zero points valid, and int8 padding
+  /// bytes zero; the int8 row sums are recomputed. Throws weft::error naming the shape and the
+  /// sizes. O(N K).
+  static quantized_matrix from_packed(std::int64_t n, std::int64_t k, quant_scheme scheme,
+                                      std::span<const std::uint8_t> packed, std::span<const Scale> scales,
+                                      std::span<const std::int16_t> zeros = {}) {
+    constexpr const char* where = "weft::quant::quantized_matrix::from_packed";
+    const packed_sizes z = check_scheme(n, k, scheme, where);
+    expects(std::cmp_equal(packed.size(), z.packed_bytes), errc::invalid_argument, where, "packed has ", packed.size(),
+            " bytes but a ", n, " x ", k, " ", scheme.bits, "-bit matrix (K padded to ", z.k_padded,
+            scheme.bits == 8 ? ", N to whole 16-row panels" : "", ") packs into ", z.packed_bytes);
+    expects(std::cmp_equal(scales.size(), z.cells), errc::invalid_argument, where, "scales has ", scales.size(),
+            " elements but N x groups = ", n, " x ", z.groups, " = ", z.cells);
+    expects(zeros.empty() ? scheme.symmetric : std::cmp_equal(zeros.size(), z.cells), errc::invalid_argument, where,
+            "zeros has ", zeros.size(), " elements but N x groups = ", z.cells,
+            " (zeros may be empty only for a symmetric scheme)");
+    quantized_matrix m;
+    m.init_shape(n, k, scheme, z);
+    m.set_scales_and_zeros(scales, zeros, where);
+    m.packed_.assign(packed.begin(), packed.end());
+    if (scheme.bits == 8) {
+      const auto n_pad = round_up(n, int8_panel_rows);
+      m.row_sums_.assign(static_cast<std::size_t>(n_pad), 0);
+      for (std::int64_t r = 0; r < n_pad; ++r)
+        for (std::int64_t i = 0; i < z.k_padded; ++i) {
+          const auto c = static_cast<std::int8_t>(m.packed_[static_cast<std::size_t>(int8_offset(r, i, z.k_padded))]);
+          expects(c == 0 || (r < n && i < k), errc::invalid_argument, where, "padding byte of row ", r, ", input ", i,
+                  " is ", +c, " but must be 0 (the ", n, " x ", k, " matrix is padded to ", n_pad, " x ", z.k_padded,
+                  ")");
+          m.row_sums_[static_cast<std::size_t>(r)] += c;
+        }
+    }
     return m;
   }
 
@@ -147,12 +187,26 @@ class quantized_matrix {
                       [](Scale x, Scale y) { return bits_of(x) == bits_of(y); });
   }
 
-  /// Validates shape and scheme; throws weft::error. O(1).
-  static void check_scheme(std::int64_t n, std::int64_t k, const quant_scheme& s, const char* where) {
+  /// Validates shape and scheme and returns every size of the layout, each computed with checked
+  /// arithmetic: throws weft::error for a non-positive shape, an unknown bit width or group size,
+  /// or a shape whose sizes do not fit in 64 bits. O(1).
+  static packed_sizes check_scheme(std::int64_t n, std::int64_t k, const quant_scheme& s, const char* where) {
     expects(n > 0 && k > 0, errc::invalid_argument, where, "matrix shape ", n, " x ", k, " must be positive");
     expects(s.bits == 4 || s.bits == 8, errc::invalid_argument, where, "bits = ", s.bits, " but only 4 and 8 exist");
     expects(s.group_size == 0 || (s.group_size > 0 && s.group_size % int4_block == 0), errc::invalid_argument, where,
             "group_size = ", s.group_size, " must be 0 (per-channel) or a positive multiple of ", int4_block);
+    const auto round = [&](std::int64_t x, std::int64_t m) {
+      return checked_add<std::int64_t>(x, m - 1, where) / m * m;
+    };
+    packed_sizes z;
+    z.k_padded = round(k, s.bits == 4 ? int4_block : int8_k_align);
+    z.group_size = s.group_size == 0 ? round(k, int4_block) : s.group_size;
+    z.groups = checked_ceil_div(k, z.group_size, where);
+    z.elements = checked_mul(n, k, where);
+    z.cells = checked_mul(n, z.groups, where);
+    z.packed_bytes =
+        s.bits == 4 ? checked_mul(n, z.k_padded / 2, where) : checked_mul(round(n, int8_panel_rows), z.k_padded, where);
+    return z;
   }
 
  private:
@@ -163,13 +217,35 @@ class quantized_matrix {
       return x.bits;
   }
 
-  void init_shape(std::int64_t n, std::int64_t k, quant_scheme s) {
+  // Scales must be finite; zeros empty (symmetric: the fixed midpoint) or valid codes (GPTQ v1's
+  // zero + 1 allows 16 for int4).
+  void set_scales_and_zeros(std::span<const Scale> scales, std::span<const std::int16_t> zeros, const char* where) {
+    for (std::size_t i = 0; i < scales.size(); ++i)
+      expects(std::isfinite(static_cast<float>(scales[i])), errc::invalid_argument, where, "scale ", i, " (row ",
+              static_cast<std::int64_t>(i) / groups_, ", group ", static_cast<std::int64_t>(i) % groups_, ") is ",
+              static_cast<float>(scales[i]), ", not finite");
+    const int lo = code_min(scheme_.bits), hi = code_max(scheme_.bits);
+    if (zeros.empty()) {
+      zeros_.assign(scales.size(), static_cast<std::int16_t>(symmetric_zero(scheme_.bits)));
+    } else {
+      for (std::size_t i = 0; i < zeros.size(); ++i) {
+        const bool ok = scheme_.symmetric ? zeros[i] == symmetric_zero(scheme_.bits)
+                                          : zeros[i] >= lo && zeros[i] <= hi + (scheme_.bits == 4 ? 1 : 0);
+        expects(ok, errc::out_of_range, where, "zero point ", zeros[i], " at index ", i, " is not valid for a ",
+                scheme_.symmetric ? "symmetric " : "asymmetric ", scheme_.bits, "-bit scheme");
+      }
+      zeros_.assign(zeros.begin(), zeros.end());
+    }
+    scales_.assign(scales.begin(), scales.end());
+  }
+
+  void init_shape(std::int64_t n, std::int64_t k, quant_scheme s, const packed_sizes& z) {
     n_ = n;
     k_ = k;
     scheme_ = s;
-    k_padded_ = round_up(k, s.bits == 4 ? int4_block : int8_k_align);
-    group_size_ = s.group_size == 0 ? round_up(k, int4_block) : s.group_size;
-    groups_ = ceil_div(k, group_size_);
+    k_padded_ = z.k_padded;
+    group_size_ = z.group_size;
+    groups_ = z.groups;
   }
 
   void pack(std::span<const std::int32_t> codes) {

@@ -7,6 +7,7 @@
 #include <weft/core/error.hpp>
 #include <weft/quant/concepts.hpp>
 #include <weft/quant/cpu_features.hpp>
+#include <weft/quant/detail/aligned_buffer.hpp>
 #include <weft/quant/detail/w4_kernels.hpp>
 #include <weft/quant/format.hpp>
 
@@ -49,6 +50,10 @@ void w4_rows(isa path, const quantized_matrix<Scale>& w, const float* xf, const 
   const auto row_bytes = int4_row_bytes(kp);
   w4_tile_args<NR, MB, Scale> a{};
   for (int r = 0; r < NR; ++r) {
+    // Prefetch 4 rows ahead (8 KiB at K = 4096) on the first pass over a row only; a row past the
+    // end prefetches itself, which costs nothing.
+    const std::int64_t ahead = n0 + 4 + r;
+    a.prefetch[r] = m0 != 0 ? nullptr : w.packed().data() + (ahead < w.rows() ? ahead : n0 + r) * row_bytes;
     a.rows[r] = w.packed().data() + (n0 + r) * row_bytes;
     a.scales[r] = w.scales().data() + (n0 + r) * groups;
     a.zeros[r] = w.zeros().data() + (n0 + r) * groups;
@@ -110,7 +115,8 @@ void gemm_w4(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int6
   const std::int64_t k = w.cols(), kp = w.k_padded(), n = w.rows(), groups = w.groups(), gs = w.group_size();
   if (path == isa::avx512_bf16 && (!std::is_same_v<Act, bfloat16> || gs % 64 != 0)) path = isa::avx512;
   // Activations as fp32, padded with zeros to whole blocks, and their per-group sums.
-  std::vector<float> xf(static_cast<std::size_t>(m * kp), 0.0f);
+  // Rows of kp elements: 64-byte aligned when the first is (kp is a multiple of 32).
+  detail::aligned_buffer<float> xf(static_cast<std::size_t>(m * kp), 0.0f);
   std::vector<float> xsum(static_cast<std::size_t>(m * groups), 0.0f);
   for (std::int64_t r = 0; r < m; ++r)
     for (std::int64_t i = 0; i < k; ++i) {
@@ -119,9 +125,9 @@ void gemm_w4(const quantized_matrix<Scale>& w, std::span<const Act> x, std::int6
       xsum[static_cast<std::size_t>(r * groups + i / gs)] += v;
     }
   // bf16 path: activations reordered per 64-element chunk to match two widened blocks.
-  std::vector<std::uint16_t> xb;
+  detail::aligned_buffer<std::uint16_t> xb;
   if (path == isa::avx512_bf16) {
-    xb.assign(static_cast<std::size_t>(m * kp), 0);
+    xb = detail::aligned_buffer<std::uint16_t>(static_cast<std::size_t>(m * kp));
     for (std::int64_t r = 0; r < m; ++r)
       for (std::int64_t i = 0; i < k; ++i) {
         const std::int64_t chunk = i / 64 * 64, j = i % 64;

@@ -3,11 +3,13 @@
 // accumulation; paths: portable, AVX2, AVX-512 VNNI and AMX, chosen at run time.
 #pragma once
 
+#include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
 #include <weft/quant/concepts.hpp>
 #include <weft/quant/cpu_features.hpp>
 #include <weft/quant/detail/w8_kernels.hpp>
 #include <weft/quant/format.hpp>
+#include <weft/quant/quantized_activations.hpp>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -17,41 +19,11 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace weft::quant {
-
-/// Activations quantized per row: x[m][k] ~ values[m][k] * scales[m]. A plain value.
-struct quantized_activations {
-  std::int64_t rows = 0, cols = 0;
-  std::vector<std::int8_t> values;  ///< rows x cols, row-major
-  std::vector<float> scales;        ///< one per row
-};
-
-/// Per-row symmetric int8 quantization of an M x K fp32 matrix: scale = max|x| / 127, values
-/// rounded to nearest. Throws weft::error on a size mismatch or a non-finite value. O(M K).
-inline quantized_activations quantize_activations(std::span<const float> x, std::int64_t m, std::int64_t k) {
-  constexpr const char* where = "weft::quant::quantize_activations";
-  expects(m > 0 && k > 0, errc::invalid_argument, where, "shape ", m, " x ", k, " must be positive");
-  expects(x.size() == static_cast<std::size_t>(m * k), errc::invalid_argument, where, "input has ", x.size(),
-          " elements but M x K = ", m * k);
-  quantized_activations q{m, k, std::vector<std::int8_t>(x.size()), std::vector<float>(static_cast<std::size_t>(m))};
-  for (std::int64_t r = 0; r < m; ++r) {
-    float amax = 0.0f;
-    for (std::int64_t i = 0; i < k; ++i) {
-      const float v = x[static_cast<std::size_t>(r * k + i)];
-      expects(std::isfinite(v), errc::invalid_argument, where, "x[", r, "][", i, "] = ", v, " is not finite");
-      amax = std::max(amax, std::fabs(v));
-    }
-    const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
-    q.scales[static_cast<std::size_t>(r)] = scale;
-    for (std::int64_t i = 0; i < k; ++i) {
-      const float c = std::nearbyint(x[static_cast<std::size_t>(r * k + i)] / scale);
-      q.values[static_cast<std::size_t>(r * k + i)] = static_cast<std::int8_t>(std::clamp(c, -127.0f, 127.0f));
-    }
-  }
-  return q;
-}
 
 /// The paths the W8A8 kernels have, best last.
 inline constexpr isa w8a8_paths[] = {isa::portable, isa::avx2, isa::avx512_vnni, isa::amx_int8};
@@ -63,10 +35,32 @@ inline isa w8a8_path(isa requested = isa::automatic) {
 
 namespace detail {
 
-/// Drives the kernels over the output; epilogue(m0, n0, rows, cols, tile, ld) receives int32 tiles.
-template <class Scale, class Epilogue>
+/// Where a W8A8 product goes: int32 C, or fp32 Y = C x a_scales[m] x w_scales[n]. A plain value.
+struct w8a8_sink {
+  std::int32_t* c = nullptr;
+  float* y = nullptr;
+  const float* a_scales = nullptr;  // M entries
+  const float* w_scales = nullptr;  // N entries, padded with zeros to whole panels
+  std::int64_t n = 0;               // row stride of the output
+  /// Stores rows x cols of an int32 tile (row stride ld) at (m0, n0).
+  void store(std::int64_t m0, std::int64_t n0, std::int64_t rows, std::int64_t cols, const std::int32_t* t,
+             std::int64_t ld) const noexcept {
+    for (std::int64_t i = 0; i < rows; ++i) {
+      if (c != nullptr) {
+        std::memcpy(c + (m0 + i) * n + n0, t + i * ld, static_cast<std::size_t>(cols) * 4);
+      } else {
+        const float sa = a_scales[m0 + i];
+        for (std::int64_t j = 0; j < cols; ++j)
+          y[(m0 + i) * n + n0 + j] = static_cast<float>(t[i * ld + j]) * sa * w_scales[n0 + j];
+      }
+    }
+  }
+};
+
+/// Drives the kernels over the output of C = A W^T (A: m x K int8, row-major) into `sink`.
+template <class Scale>
 void w8a8_drive(isa path, const quantized_matrix<Scale>& w, const std::int8_t* a, std::int64_t m, bool parallel,
-                Epilogue&& epilogue) {
+                const w8a8_sink& sink) {
   const std::int64_t k = w.cols(), kp = w.k_padded(), n = w.rows(), k_steps = kp / 4;
   const std::int64_t panels = ceil_div(n, int8_panel_rows), panel_stride = kp * int8_panel_rows;
   const auto* weights = reinterpret_cast<const std::int8_t*>(w.packed().data());
@@ -78,23 +72,13 @@ void w8a8_drive(isa path, const quantized_matrix<Scale>& w, const std::int8_t* a
     else
       for (std::int64_t i = 0; i < count; ++i) task(i);
   };
-  // Activations padded to k_padded columns (and, for the tiled paths, to whole row tiles).
-  const std::int64_t mr = path == isa::amx_int8 ? 32 : path == isa::avx512_vnni ? 8 : 1;
-  const std::int64_t mp = round_up(m, mr);
-  const bool vnni = path == isa::avx512_vnni;
-  std::vector<std::int8_t> padded;
-  const std::int8_t* ap = a;
-  if (vnni || kp != k || mp != m) {
-    padded.assign(static_cast<std::size_t>(mp * kp), 0);
-    for (std::int64_t r = 0; r < m; ++r) std::memcpy(padded.data() + r * kp, a + r * k, static_cast<std::size_t>(k));
-    // VNNI multiplies unsigned by signed bytes: a + 128 (flip the sign bit), corrected below.
-    if (vnni)
-      for (auto& v : padded) v = static_cast<std::int8_t>(static_cast<std::uint8_t>(v) ^ 0x80u);
-    ap = padded.data();
-  }
   switch (path) {
 #if WEFT_QUANT_X86
     case isa::amx_int8: {
+      // A padded to k_padded columns and whole 32-row tiles.
+      const std::int64_t mp = round_up(m, 32);
+      std::vector<std::int8_t> padded(static_cast<std::size_t>(mp * kp), 0);
+      for (std::int64_t r = 0; r < m; ++r) std::memcpy(padded.data() + r * kp, a + r * k, static_cast<std::size_t>(k));
       // Blocks of 16 panels (256 outputs, 1 MiB of weights at K = 4096) stay in L2 while 32-row
       // slices of A stream past; within a block, pairs of panels make 32 x 32 C tiles.
       constexpr std::int64_t block_panels = 16;
@@ -108,40 +92,75 @@ void w8a8_drive(isa path, const quantized_matrix<Scale>& w, const std::int8_t* a
             const std::int8_t* p0 = weights + p * panel_stride;
             const std::int8_t* p1 = p + 1 < panels ? p0 + panel_stride : p0;  // odd panel count: repeat
             const std::int64_t n0 = p * 16, cols = std::min<std::int64_t>(32, n - n0);
-            w8_tile_amx(ap + m0 * kp, kp, p0, p1, kp, c);
-            epilogue(m0, n0, std::min<std::int64_t>(32, m - m0), cols, c, 32);
+            w8_tile_amx(padded.data() + m0 * kp, kp, p0, p1, kp, c);
+            sink.store(m0, n0, std::min<std::int64_t>(32, m - m0), cols, c, 32);
           }
         amx_end();
       });
       return;
     }
     case isa::avx512_vnni: {
-      constexpr std::int64_t nv = 3;
+      // A flipped to unsigned (a + 128) and padded to whole 8-row tiles; the row stride is one
+      // cache line longer than K so the 8 rows a tile broadcasts from do not share L1 sets.
+      constexpr std::int64_t mr = 8, nv = 3;
+      const std::int64_t mp = round_up(m, mr), lda = kp + 64;
+      std::vector<std::uint8_t> au(static_cast<std::size_t>(mp * lda), 0x80);
+      run(ceil_div(m, 64), [&](std::int64_t block) {
+        for (std::int64_t r = block * 64; r < std::min(m, block * 64 + 64); ++r) {
+          std::uint8_t* dst = au.data() + r * lda;
+          const std::int8_t* src = a + r * k;
+          std::int64_t i = 0;
+          for (; i + 8 <= k; i += 8) {  // eight bytes at a time: XOR with 0x80 in each byte
+            std::uint64_t word;
+            std::memcpy(&word, src + i, 8);
+            word ^= 0x8080808080808080ull;
+            std::memcpy(dst + i, &word, 8);
+          }
+          for (; i < k; ++i) dst[i] = static_cast<std::uint8_t>(src[i]) ^ 0x80u;
+        }
+      });
+      // -128 x each weight row's code sum, the starting value of its accumulators.
+      std::vector<std::int32_t> correction(static_cast<std::size_t>(panels * 16), 0);
+      for (std::int64_t j = 0; j < n; ++j)
+        correction[static_cast<std::size_t>(j)] = -128 * w.row_sums()[static_cast<std::size_t>(j)];
       const std::int64_t nb = ceil_div(panels, nv);
-      const auto* au = reinterpret_cast<const std::uint8_t*>(ap);
       run(nb, [&](std::int64_t b) {
-        std::int32_t c[8 * 16 * nv];
         const std::int64_t p0 = b * nv, np = std::min<std::int64_t>(nv, panels - p0);
         const std::int8_t* pw = weights + p0 * panel_stride;
         const std::int64_t n0 = p0 * 16, cols = std::min<std::int64_t>(np * 16, n - n0);
-        for (std::int64_t m0 = 0; m0 < mp; m0 += 8) {
+        const std::int32_t* corr = correction.data() + n0;
+        for (std::int64_t m0 = 0; m0 < mp; m0 += mr) {
+          const std::uint8_t* at = au.data() + m0 * lda;
+          const std::int64_t rows = std::min<std::int64_t>(mr, m - m0);
+          const auto tile = [&](auto np_const) {
+            constexpr int v = decltype(np_const)::value;
+            if (sink.c != nullptr)
+              w8_tile_vnni<mr, v, false>(at, lda, pw, panel_stride, k_steps, corr, sink.c + m0 * n + n0, n, rows, cols,
+                                         nullptr, nullptr);
+            else
+              w8_tile_vnni<mr, v, true>(at, lda, pw, panel_stride, k_steps, corr, sink.y + m0 * n + n0, n, rows, cols,
+                                        sink.a_scales + m0, sink.w_scales + n0);
+          };
           if (np == 3)
-            w8_tile_vnni<8, 3>(au + m0 * kp, kp, pw, panel_stride, k_steps, c, 16 * nv);
+            tile(std::integral_constant<int, 3>{});
           else if (np == 2)
-            w8_tile_vnni<8, 2>(au + m0 * kp, kp, pw, panel_stride, k_steps, c, 16 * nv);
+            tile(std::integral_constant<int, 2>{});
           else
-            w8_tile_vnni<8, 1>(au + m0 * kp, kp, pw, panel_stride, k_steps, c, 16 * nv);
-          const std::int64_t rows = std::min<std::int64_t>(8, m - m0);
-          for (std::int64_t i = 0; i < rows; ++i)
-            for (std::int64_t j = 0; j < cols; ++j)
-              c[i * 16 * nv + j] -= 128 * w.row_sums()[static_cast<std::size_t>(n0 + j)];
-          epilogue(m0, n0, rows, cols, c, 16 * nv);
+            tile(std::integral_constant<int, 1>{});
         }
       });
       return;
     }
 #endif
     default: {
+      std::vector<std::int8_t> padded;
+      const std::int8_t* ap = a;
+      if (kp != k) {
+        padded.assign(static_cast<std::size_t>(m * kp), 0);
+        for (std::int64_t r = 0; r < m; ++r)
+          std::memcpy(padded.data() + r * kp, a + r * k, static_cast<std::size_t>(k));
+        ap = padded.data();
+      }
       run(panels, [&](std::int64_t p) {
         std::int32_t c[16];
         const std::int64_t n0 = p * 16, cols = std::min<std::int64_t>(16, n - n0);
@@ -152,7 +171,7 @@ void w8a8_drive(isa path, const quantized_matrix<Scale>& w, const std::int8_t* a
           else
 #endif
             w8_panel_portable(ap + r * kp, weights + p * panel_stride, k_steps, c);
-          epilogue(r, n0, 1, cols, c, 16);
+          sink.store(r, n0, 1, cols, c, 16);
         }
       });
       return;
@@ -169,10 +188,11 @@ void check_w8a8(const quantized_matrix<Scale>& w, std::int64_t m, std::size_t a_
   expects(m > 0, errc::invalid_argument, where, "M = ", m, " must be positive");
   expects(w.cols() <= (std::int64_t{1} << 17), errc::invalid_argument, where, "K = ", w.cols(),
           " exceeds 131072, beyond which int32 accumulation of int8 products may overflow");
-  expects(a_size == static_cast<std::size_t>(m * w.cols()), errc::invalid_argument, where, "activations have ", a_size,
-          " elements but M x K = ", m, " x ", w.cols(), " = ", m * w.cols());
-  expects(out_size == static_cast<std::size_t>(m * w.rows()), errc::invalid_argument, where, "output has ", out_size,
-          " elements but M x N = ", m, " x ", w.rows(), " = ", m * w.rows());
+  const auto a_count = checked_mul(m, w.cols(), where), out_count = checked_mul(m, w.rows(), where);
+  expects(std::cmp_equal(a_size, a_count), errc::invalid_argument, where, "activations have ", a_size,
+          " elements but M x K = ", m, " x ", w.cols(), " = ", a_count);
+  expects(std::cmp_equal(out_size, out_count), errc::invalid_argument, where, "output has ", out_size,
+          " elements but M x N = ", m, " x ", w.rows(), " = ", out_count);
 }
 
 }  // namespace detail
@@ -187,13 +207,8 @@ void gemm_w8a8_i32(const quantized_matrix<Scale>& w, std::span<const std::int8_t
   constexpr const char* where = "weft::quant::gemm_w8a8_i32";
   detail::check_w8a8(w, m, a.size(), c.size(), where);
   const isa path = detail::resolve_path(options.path, w8a8_paths, where);
-  const std::int64_t n = w.rows();
   detail::w8a8_drive(path, w, a.data(), m, options.parallel,
-                     [&](std::int64_t m0, std::int64_t n0, std::int64_t rows, std::int64_t cols, const std::int32_t* t,
-                         std::int64_t ld) {
-                       for (std::int64_t i = 0; i < rows; ++i)
-                         std::memcpy(c.data() + (m0 + i) * n + n0, t + i * ld, static_cast<std::size_t>(cols) * 4);
-                     });
+                     detail::w8a8_sink{c.data(), nullptr, nullptr, nullptr, w.rows()});
 }
 
 /// Y = (A * W^T) scaled: y[m][n] = float(c[m][n]) * a.scales[m] * w.scale(n, 0), with A from
@@ -211,18 +226,10 @@ void gemm_w8a8(const quantized_matrix<Scale>& w, const quantized_activations& a,
           " and one scale per row");
   const isa path = detail::resolve_path(options.path, w8a8_paths, where);
   const std::int64_t n = w.rows();
-  std::vector<float> ws(static_cast<std::size_t>(n));
+  std::vector<float> ws(static_cast<std::size_t>(round_up(n, int8_panel_rows)), 0.0f);
   for (std::int64_t j = 0; j < n; ++j) ws[static_cast<std::size_t>(j)] = w.scale(j, 0);
   detail::w8a8_drive(path, w, a.values.data(), a.rows, options.parallel,
-                     [&](std::int64_t m0, std::int64_t n0, std::int64_t rows, std::int64_t cols, const std::int32_t* t,
-                         std::int64_t ld) {
-                       for (std::int64_t i = 0; i < rows; ++i) {
-                         const float sa = a.scales[static_cast<std::size_t>(m0 + i)];
-                         for (std::int64_t j = 0; j < cols; ++j)
-                           y[static_cast<std::size_t>((m0 + i) * n + n0 + j)] =
-                               static_cast<float>(t[i * ld + j]) * sa * ws[static_cast<std::size_t>(n0 + j)];
-                       }
-                     });
+                     detail::w8a8_sink{nullptr, y.data(), a.scales.data(), ws.data(), n});
 }
 
 }  // namespace weft::quant

@@ -6,13 +6,16 @@
 // v1 checkpoints store zero - 1 in qzeros (the "zero - 1" quirk); v2 stores the zero itself.
 #pragma once
 
+#include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
 #include <weft/quant/format.hpp>
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace weft::quant {
@@ -54,8 +57,9 @@ struct gptq_import {
 };
 
 /// Converts GPTQ tensors into weft's layout, losslessly. Throws weft::error when K or N is not a
-/// multiple of the packing factor 8, a tensor has the wrong size, or g_idx does not describe
-/// groups of group_size channels. O(N K). Thread-safe.
+/// multiple of the packing factor 8, a tensor has the wrong size (sizes are overflow-checked, so a
+/// crafted shape cannot pass), g_idx does not describe groups of group_size channels, or a scale
+/// is NaN or infinite. O(N K). Thread-safe.
 template <scale_value Scale>
 gptq_import<Scale> from_gptq(const gptq_view<Scale>& t) {
   constexpr const char* where = "weft::quant::from_gptq";
@@ -66,16 +70,22 @@ gptq_import<Scale> from_gptq(const gptq_view<Scale>& t) {
           " is not divisible by 8, the number of zero points GPTQ packs into one int32 along N");
   expects(t.group_size == -1 || (t.group_size > 0 && t.group_size % int4_block == 0), errc::invalid_argument, where,
           "group_size = ", t.group_size, " must be -1 (per-channel) or a positive multiple of ", int4_block);
+  // g_idx and the input permutation are int32, as in the checkpoints.
+  check_limit(t.k, std::numeric_limits<std::int32_t>::max(), where, "K");
   const std::int64_t gs = t.group_size == -1 ? t.k : t.group_size;
-  const std::int64_t groups = ceil_div(t.k, gs);
-  expects(t.qweight.size() == static_cast<std::size_t>(t.k / 8 * t.n), errc::invalid_argument, where, "qweight has ",
-          t.qweight.size(), " words but [K/8][N] needs ", t.k / 8 * t.n);
-  expects(t.qzeros.size() == static_cast<std::size_t>(groups * t.n / 8), errc::invalid_argument, where, "qzeros has ",
-          t.qzeros.size(), " words but [G][N/8] needs ", groups * t.n / 8, " (G = ", groups, ")");
-  expects(t.scales.size() == static_cast<std::size_t>(groups * t.n), errc::invalid_argument, where, "scales has ",
-          t.scales.size(), " elements but [G][N] needs ", groups * t.n, " (G = ", groups, ")");
-  expects(t.g_idx.empty() || t.g_idx.size() == static_cast<std::size_t>(t.k), errc::invalid_argument, where,
-          "g_idx has ", t.g_idx.size(), " entries but K = ", t.k);
+  // Shapes come from a checkpoint's metadata: every product is checked, so none can wrap to a
+  // size that matches the (small) tensors and let the loops below read past them.
+  const std::int64_t groups = checked_ceil_div(t.k, gs, where);
+  const auto qweight_words = checked_mul(t.k / 8, t.n, where), qzeros_words = checked_mul(groups, t.n / 8, where),
+             scale_count = checked_mul(groups, t.n, where);
+  expects(std::cmp_equal(t.qweight.size(), qweight_words), errc::invalid_argument, where, "qweight has ",
+          t.qweight.size(), " words but [K/8][N] needs ", qweight_words, " (K = ", t.k, ", N = ", t.n, ")");
+  expects(std::cmp_equal(t.qzeros.size(), qzeros_words), errc::invalid_argument, where, "qzeros has ", t.qzeros.size(),
+          " words but [G][N/8] needs ", qzeros_words, " (G = ", groups, ", N = ", t.n, ")");
+  expects(std::cmp_equal(t.scales.size(), scale_count), errc::invalid_argument, where, "scales has ", t.scales.size(),
+          " elements but [G][N] needs ", scale_count, " (G = ", groups, ", N = ", t.n, ")");
+  expects(t.g_idx.empty() || std::cmp_equal(t.g_idx.size(), t.k), errc::invalid_argument, where, "g_idx has ",
+          t.g_idx.size(), " entries but K = ", t.k);
 
   // Order input channels by group (stable, so an identity g_idx gives the identity order).
   std::vector<std::int32_t> perm(static_cast<std::size_t>(t.k));

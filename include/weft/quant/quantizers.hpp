@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -113,16 +114,15 @@ template <scale_value Scale = half, quantizer Q = absmax_quantizer>
 quantize_result<Scale> quantize(std::span<const float> w, std::int64_t n, std::int64_t k, quant_scheme scheme,
                                 const Q& q = Q{}) {
   constexpr const char* where = "weft::quant::quantize";
-  quantized_matrix<Scale>::check_scheme(n, k, scheme, where);
-  expects(w.size() == static_cast<std::size_t>(n * k), errc::invalid_argument, where, "weights have ", w.size(),
-          " elements but N x K = ", n, " x ", k, " = ", n * k);
+  const packed_sizes z = quantized_matrix<Scale>::check_scheme(n, k, scheme, where);
+  expects(std::cmp_equal(w.size(), z.elements), errc::invalid_argument, where, "weights have ", w.size(),
+          " elements but N x K = ", n, " x ", k, " = ", z.elements);
   expects(static_cast<bool>(q.symmetric()) == scheme.symmetric, errc::invalid_argument, where, "the quantizer is ",
           q.symmetric() ? "symmetric" : "asymmetric", " but the scheme is ",
           scheme.symmetric ? "symmetric" : "asymmetric");
   for (std::size_t i = 0; i < w.size(); ++i)
     expects(std::isfinite(w[i]), errc::invalid_argument, where, "weight ", i, " is ", w[i], " (not finite)");
-  const std::int64_t gs = scheme.group_size == 0 ? round_up(k, int4_block) : scheme.group_size;
-  const std::int64_t groups = ceil_div(k, gs);
+  const std::int64_t gs = z.group_size, groups = z.groups;
   std::vector<std::int32_t> codes(w.size());
   std::vector<Scale> scales(static_cast<std::size_t>(n * groups));
   std::vector<std::int16_t> zeros(static_cast<std::size_t>(n * groups));
@@ -133,10 +133,12 @@ quantize_result<Scale> quantize(std::span<const float> w, std::int64_t n, std::i
       const auto group = w.subspan(static_cast<std::size_t>(r * k + k0), static_cast<std::size_t>(k1 - k0));
       group_params p = q.choose(group, scheme.bits);
       // Round the scale to its storage type first so codes match what the kernels will use; a
-      // scale that underflows the storage type is replaced by the smallest positive one.
+      // scale that underflows the storage type is replaced by the smallest positive one, one that
+      // overflows it (weights beyond fp16's range) is an error rather than a silent clamp.
       float stored = static_cast<float>(Scale(p.scale));
-      if (!(stored > 0.0f) || !std::isfinite(stored))
-        stored = static_cast<float>(Scale(std::is_same_v<Scale, half> ? 6.104e-05f : 1.2e-38f));
+      expects(std::isfinite(stored) && std::isfinite(p.scale), errc::out_of_range, where, "row ", r, " group ", g,
+              " needs scale ", p.scale, ", which the scale type cannot hold (largest finite fp16 is 65504)");
+      if (!(stored > 0.0f)) stored = static_cast<float>(Scale(std::is_same_v<Scale, half> ? 6.104e-05f : 1.2e-38f));
       scales[static_cast<std::size_t>(r * groups + g)] = Scale(stored);
       zeros[static_cast<std::size_t>(r * groups + g)] = static_cast<std::int16_t>(p.zero);
       for (std::int64_t i = k0; i < k1; ++i) {

@@ -32,6 +32,11 @@ struct wire_limits {
   std::chrono::milliseconds handshake_timeout{2'000};
   /// Host names or addresses exchanged during rendezvous.
   std::size_t max_host_bytes = 255;
+  /// A member name (elastic groups) in a hello.
+  std::size_t max_name_bytes = 255;
+  /// Connections accepted but not yet through their handshake, per listening socket; beyond it the
+  /// oldest is dropped (real peers finish in a round trip, idle strangers wait for their deadline).
+  std::size_t max_pending_handshakes = 256;
   /// One line of the elastic coordinator's text protocol.
   std::size_t max_line_bytes = 64 * 1024;
   /// Frames that arrived before their receive was posted, per peer connection (zero-byte frames

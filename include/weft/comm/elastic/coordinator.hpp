@@ -1,25 +1,31 @@
-// The coordinator of an elastic group (Boost.Asio, one thread): admits peers whose state spec
-// matches, watches heartbeats, and at each step boundary ("round") publishes a numbered membership
-// epoch in ring order with the majority state hash, the way PCCL's master node and torchelastic's
-// rendezvous do. Any rank's process or a separate process can run it.
+// The coordinator of an elastic group (Boost.Asio, one never-blocking thread): admits
+// authenticated peers whose state spec matches, watches heartbeats and rounds, and publishes
+// membership epochs with the majority state hash, as PCCL's master node and torchelastic do.
 #pragma once
 
+#include <weft/comm/detail/handshake.hpp>
+#include <weft/comm/detail/handshake_io.hpp>
+#include <weft/comm/detail/wire.hpp>
+#include <weft/comm/elastic/line_protocol.hpp>
 #include <weft/core/error.hpp>
 
 #include <boost/asio.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
 #include <functional>
-#include <istream>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 namespace weft::comm::elastic {
@@ -30,40 +36,78 @@ struct coordinator_options {
   int port = 0;                    ///< 0: any free port (read it back with port())
   int min_members = 1;             ///< members needed before the first epoch is published (only the first)
   std::chrono::milliseconds heartbeat_timeout{1500};  ///< silence after which a member is declared dead
-  std::string spec;  ///< the state spec every member must match; empty: the first member's spec
+  /// The state spec every member must match. Empty: the spec of the first epoch's members (the
+  /// largest group of joiners that agree), released when the group empties. Give it (or a secret)
+  /// so that a stranger cannot decide it.
+  std::string spec;
   /// Optional ring order: given the members' names (in admission order), a permutation of
   /// [0, n) (e.g. plan_ring over measured bandwidths). Empty: admission order.
   std::function<std::vector<int>(const std::vector<std::string>&)> ring_planner;
+  /// The job secret every member must prove it holds (16 to 1024 bytes); "" reads
+  /// WEFT_JOB_SECRET, and without either anyone who can connect may join (a warning says so).
+  std::string secret;
+  /// A new connection must finish its handshake and say HELLO within this, or it is dropped.
+  std::chrono::milliseconds handshake_timeout{2'000};
+  /// Once some member is ready at a step boundary, how long the others have to get there; a
+  /// member that misses max_missed_rounds such deadlines in a row (its heartbeat may still run) is
+  /// dropped, so one hung member cannot stall the group.
+  std::chrono::milliseconds round_timeout{10'000};
+  int max_missed_rounds = 2;
+  /// Connections open at once (members, joiners and handshakes); more are closed at once.
+  std::size_t max_connections = 512;
 };
 
 /// Runs the membership protocol over a line-based tcp protocol (see docs/comm-elastic.md):
-///   peer → coordinator: HELLO name host port spec | READY revision hash accept rebuild | HB | LEAVE
-///   coordinator → peer: WELCOME | REFUSED reason | EPOCH e index n rev hash source {name host port hash}*
+///   peer → coordinator: HELLO name host port spec instance | READY revision hash accept rebuild | HB | LEAVE
+///   coordinator → peer: WELCOME | REFUSED reason | EPOCH e index n rev hash source {name host port hash instance}*
 /// A round completes when every member sent READY; then joiners are admitted if every member
-/// accepted, dead or departed members are dropped, and if anything changed (or a member asked for
-/// a rebuild after a failed collective) the epoch number grows. Thread-safe: the public functions
-/// may be called from any thread; the protocol runs on the coordinator's own thread.
-/// Costs per round: O(members · log members) plus one line per member.
+/// accepted, dead, departed or stalled members are dropped, and if anything changed (or a member
+/// asked for a rebuild after a failed collective) the epoch number grows. Only members' reports
+/// decide which state is the majority; a tie goes to the longest-standing member (with a job
+/// secret: the highest revision, then the longest-standing). Thread-safe: the public functions may
+/// be called from any thread; the protocol runs on the coordinator's own thread, which never
+/// blocks. Costs per round: O(members · log members) plus one line per member.
 class coordinator {
  public:
   /// Binds the listening socket (so port() is known before start()). Throws errc::invalid_argument
-  /// for min_members < 1 or a non-positive heartbeat timeout, errc::io when the address is taken.
+  /// for min_members < 1, non-positive timeouts, max_missed_rounds < 1 or a bad secret, errc::io
+  /// when the address is taken.
   explicit coordinator(coordinator_options opt) : opt_(std::move(opt)), acceptor_(io_) {
     constexpr const char* where = "weft::comm::elastic::coordinator";
     expects(opt_.min_members >= 1, errc::invalid_argument, where, "min_members ", opt_.min_members,
             " must be at least 1");
-    expects(opt_.heartbeat_timeout.count() > 0, errc::invalid_argument, where, "heartbeat_timeout must be positive");
+    expects(opt_.heartbeat_timeout.count() > 0 && opt_.handshake_timeout.count() > 0 && opt_.round_timeout.count() > 0,
+            errc::invalid_argument, where, "heartbeat_timeout, handshake_timeout and round_timeout must be positive");
+    expects(opt_.max_missed_rounds >= 1 && opt_.max_connections >= 1, errc::invalid_argument, where,
+            "max_missed_rounds and max_connections must be at least 1");
+    expects(opt_.port >= 0 && opt_.port <= 65535, errc::invalid_argument, where, "port ", opt_.port,
+            " is outside [0, 65535]");
+    expects(opt_.spec.empty() || comm::detail::is_token(opt_.spec), errc::invalid_argument, where,
+            "spec must be printable ASCII without spaces");
+    secret_ = comm::detail::job_secret::resolve(opt_.secret, where);
+    limits_.handshake_timeout = opt_.handshake_timeout;
+    const auto addr = comm::detail::parse_ipv4(opt_.host);
+    expects(addr.has_value(), errc::invalid_argument, where, "host '", opt_.host, "' is not a numeric IPv4 address");
     boost::system::error_code ec;
-    const auto addr = boost::asio::ip::make_address(opt_.host, ec);
-    expects(!ec, errc::invalid_argument, where, "host '", opt_.host, "' is not an IP address");
-    boost::asio::ip::tcp::endpoint ep(addr, static_cast<unsigned short>(opt_.port));
-    acceptor_.open(ep.protocol());
-    acceptor_.set_option(boost::asio::socket_base::reuse_address(true));
-    acceptor_.bind(ep, ec);
+    const tcp::endpoint ep(boost::asio::ip::make_address_v4(opt_.host, ec), static_cast<unsigned short>(opt_.port));
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(boost::asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
     expects(!ec, errc::io, where, "cannot listen on ", opt_.host, ":", opt_.port, ": ", ec.message());
-    acceptor_.listen();
-    port_ = acceptor_.local_endpoint().port();
+    port_ = acceptor_.local_endpoint(ec).port();
     spec_ = opt_.spec;
+    if (secret_.empty()) {
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        std::fprintf(stderr,
+                     "weft::comm::elastic::coordinator: no job secret (set WEFT_JOB_SECRET or the secret option): any "
+                     "process that can connect to %s:%d can join the group, learn its members' addresses and "
+                     "take part in its collectives%s\n",
+                     opt_.host.c_str(), port_,
+                     opt_.spec.empty() ? ", and with no spec it may decide the state spec" : "");
+      });
+    }
   }
   coordinator(const coordinator&) = delete;
   coordinator& operator=(const coordinator&) = delete;
@@ -71,20 +115,27 @@ class coordinator {
 
   /// Starts serving on a new thread. Call once (errc::precondition otherwise).
   void start() {
-    expects(!thread_.joinable(), errc::precondition, "weft::comm::elastic::coordinator::start", "already started");
+    std::lock_guard lock(life_);
+    expects(!started_, errc::precondition, "weft::comm::elastic::coordinator::start", "already started");
+    started_ = true;
     accept();
     tick();
     thread_ = std::thread([this] { io_.run(); });
   }
-  /// Stops serving and closes every connection (members then fail their next round). Idempotent.
+  /// Stops serving and closes every connection (members then fail their next round). Idempotent;
+  /// always returns (the io thread never blocks, and stopping does not wait for pending work).
   void stop() {
+    std::lock_guard lock(life_);
     if (!thread_.joinable()) return;
     boost::asio::post(io_, [this] {
+      stopping_ = true;
       boost::system::error_code ec;
       acceptor_.close(ec);
       timer_.cancel();
+      accept_timer_.cancel();
       for (auto& [id, p] : peers_) p->sock.close(ec);
       peers_.clear();
+      io_.stop();  // whatever is still queued (a tick that already fired) must not keep run() alive
     });
     thread_.join();
   }
@@ -101,6 +152,7 @@ class coordinator {
     return members_;
   }
   /// What happened, one line per event ("admitted w3 in epoch 4", "w1 missed heartbeats").
+  /// Refused and dropped connections are counted after the first 1000 events.
   std::vector<std::string> events() const {
     std::lock_guard lock(m_);
     return events_;
@@ -108,150 +160,341 @@ class coordinator {
 
  private:
   using tcp = boost::asio::ip::tcp;
+  using clock = std::chrono::steady_clock;
+  enum class stage { handshake, greeting, candidate, member };
   struct peer {
     explicit peer(tcp::socket s) : sock(std::move(s)) {}
     tcp::socket sock;
-    boost::asio::streambuf in;
     std::uint64_t id = 0;
-    std::string name, host;
+    stage at = stage::handshake;
+    std::unique_ptr<comm::detail::handshake> hs;
+    bool waiting = false;  // an async_wait of the handshake is outstanding
+    std::string in;        // bytes of the line being read (bounded)
+    std::array<char, 4096> buf{};
+    std::deque<std::string> out;  // lines to write, oldest first
+    std::size_t out_bytes = 0;
+    bool writing = false, closing = false;
+    std::string name, host, spec, from;
     int port = 0;
-    bool hello = false, member = false, ready = false, accept = true, rebuild = false;
+    std::uint64_t instance = 0;
+    bool ready = false, accept = true, rebuild = false;
     std::uint64_t revision = 0, hash = 0;
-    std::chrono::steady_clock::time_point last_seen;
+    int missed_rounds = 0;
+    clock::time_point connected, last_seen;
   };
   using peer_ptr = std::shared_ptr<peer>;
+  static constexpr std::size_t max_events = 1000;
+  static constexpr std::size_t max_queued_bytes = std::size_t{4} << 20;  // a peer that does not read is dropped
 
   void log(std::string line) {
     std::lock_guard lock(m_);
-    events_.push_back(std::move(line));
+    if (events_.size() < max_events)
+      events_.push_back(std::move(line));
+    else
+      ++events_dropped_;
   }
 
+  // ---- accepting and handshakes ------------------------------------------------------------------
+
   void accept() {
+    if (stopping_) return;
     acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket s) {
-      if (ec) return;
-      auto p = std::make_shared<peer>(std::move(s));
-      p->id = next_id_++;
-      p->last_seen = std::chrono::steady_clock::now();
-      boost::system::error_code ignore;
-      p->sock.set_option(tcp::no_delay(true), ignore);
-      peers_[p->id] = p;
-      read(p);
+      if (stopping_ || ec == boost::asio::error::operation_aborted) return;
+      if (ec) {
+        // Out of descriptors (or a transient error): never stop accepting; retry shortly, once
+        // silent connections have been reaped.
+        if (!accept_error_logged_) log("accept failed (" + ec.message() + "); retrying");
+        accept_error_logged_ = true;
+        accept_timer_.expires_after(std::chrono::milliseconds(50));
+        accept_timer_.async_wait([this](boost::system::error_code e) {
+          if (!e) accept();
+        });
+        return;
+      }
+      accept_error_logged_ = false;
+      if (peers_.size() >= opt_.max_connections) {
+        boost::system::error_code ignore;
+        s.close(ignore);
+        log("refused a connection: " + std::to_string(peers_.size()) + " connections are open");
+      } else {
+        start_peer(std::move(s));
+      }
       accept();
     });
   }
 
-  void read(const peer_ptr& p) {
-    boost::asio::async_read_until(p->sock, p->in, '\n', [this, p](boost::system::error_code ec, std::size_t) {
-      if (peers_.count(p->id) == 0) return;
-      if (ec) {
-        drop(p, p->hello ? "its connection closed (the process died or left)" : "");
-        return;
-      }
-      std::istream is(&p->in);
-      std::string line;
-      std::getline(is, line);
-      p->last_seen = std::chrono::steady_clock::now();
-      handle(p, line);
-      if (peers_.count(p->id)) read(p);
+  void start_peer(tcp::socket s) {
+    auto p = std::make_shared<peer>(std::move(s));
+    p->id = next_id_++;
+    p->connected = p->last_seen = clock::now();
+    boost::system::error_code ignore;
+    p->sock.set_option(tcp::no_delay(true), ignore);
+    p->sock.non_blocking(true, ignore);
+    p->from = comm::detail::remote_of(p->sock.native_handle());
+    comm::detail::peer_identity id;
+    id.name = "coordinator";
+    id.port = static_cast<std::uint16_t>(port_);
+    p->hs = std::make_unique<comm::detail::handshake>(
+        comm::detail::handshake::role::server, comm::detail::conn_kind::coordinator, id, secret_, nullptr, limits_);
+    peers_[p->id] = p;
+    step_handshake(p);
+  }
+
+  void step_handshake(const peer_ptr& p) {
+    if (!alive(p)) return;
+    const short ev = comm::detail::handshake_step(p->sock.native_handle(), *p->hs);
+    if (p->hs->finished()) {
+      if (p->hs->state() != comm::detail::handshake::status::done)
+        return drop(p, "handshake failed: " + p->hs->failure());
+      p->name = p->hs->peer().name;
+      p->hs.reset();
+      p->at = stage::greeting;
+      return read(p);
+    }
+    if (p->waiting) return;
+    p->waiting = true;
+    const auto what = (ev & POLLOUT) ? tcp::socket::wait_write : tcp::socket::wait_read;
+    p->sock.async_wait(what, [this, p](boost::system::error_code ec) {
+      p->waiting = false;
+      if (!alive(p)) return;
+      if (ec) return drop(p, "connection error during the handshake");
+      step_handshake(p);
     });
   }
 
-  void write(const peer_ptr& p, const std::string& line) {
-    boost::system::error_code ec;
-    boost::asio::write(p->sock, boost::asio::buffer(line + "\n"), ec);  // small lines: the kernel buffers them
+  // ---- lines in and out --------------------------------------------------------------------------
+
+  void read(const peer_ptr& p) {
+    p->sock.async_read_some(boost::asio::buffer(p->buf), [this, p](boost::system::error_code ec, std::size_t n) {
+      if (!alive(p)) return;
+      if (ec) return drop(p, p->at >= stage::candidate ? "its connection closed (the process died or left)" : "");
+      p->last_seen = clock::now();
+      std::size_t at = 0;
+      while (alive(p) && at < n) {
+        const char* start = p->buf.data() + at;
+        const char* nl = static_cast<const char*>(std::memchr(start, '\n', n - at));
+        const std::size_t take = nl ? static_cast<std::size_t>(nl - start) : n - at;
+        if (p->in.size() + take > limits_.max_line_bytes)
+          return drop(p, "sent a line longer than " + std::to_string(limits_.max_line_bytes) + " bytes");
+        p->in.append(start, take);
+        at += take + (nl ? 1 : 0);
+        if (nl) {
+          std::string line = std::move(p->in);
+          p->in.clear();
+          handle(p, line);
+        }
+      }
+      if (alive(p)) read(p);
+    });
   }
 
-  void handle(const peer_ptr& p, const std::string& line) {
-    std::istringstream in(line);
-    std::string verb;
-    in >> verb;
-    if (verb == "HELLO" && !p->hello) {
-      std::string spec;
-      in >> p->name >> p->host >> p->port >> spec;
-      if (!in || p->name.empty()) return refuse(p, "malformed HELLO '" + line + "'");
-      if (spec_.empty()) spec_ = spec;
-      if (spec != spec_)
-        return refuse(p, "state spec '" + spec + "' of peer " + p->name + " differs from the group's '" + spec_ +
-                             "' (shapes and dtypes must match exactly)");
-      for (auto& [id, q] : peers_)
-        if (q != p && q->hello && q->name == p->name) return refuse(p, "the name '" + p->name + "' is taken");
-      p->hello = true;
-      write(p, "WELCOME");
-      log("hello from " + p->name);
-    } else if (verb == "READY" && p->hello) {
-      int accept = 1, rebuild = 0;
-      in >> p->revision >> p->hash >> accept >> rebuild;
+  void write(const peer_ptr& p, std::string line) {
+    if (!alive(p) || p->closing) return;
+    line += '\n';
+    p->out_bytes += line.size();
+    p->out.push_back(std::move(line));
+    if (p->out_bytes > max_queued_bytes) return drop(p, "does not read what the coordinator sends");
+    flush(p);
+  }
+  void flush(const peer_ptr& p) {
+    if (p->writing || p->out.empty()) return;
+    p->writing = true;
+    boost::asio::async_write(p->sock, boost::asio::buffer(p->out.front()),
+                             [this, p](boost::system::error_code ec, std::size_t) {
+                               p->writing = false;
+                               if (!alive(p)) return;
+                               if (ec) return drop(p, p->at >= stage::candidate ? "its connection broke" : "");
+                               p->out_bytes -= p->out.front().size();
+                               p->out.pop_front();
+                               if (!p->out.empty()) return flush(p);
+                               if (p->closing) close_now(p);
+                             });
+  }
+
+  // ---- the protocol ------------------------------------------------------------------------------
+
+  void handle(const peer_ptr& p, const std::string& text) {
+    member_line line;
+    try {
+      line = parse_member_line(text, limits_);
+    } catch (const weft::error& e) {
+      return drop(p, std::string(e.what()));
+    }
+    if (auto* h = std::get_if<hello_line>(&line)) {
+      if (p->at != stage::greeting) return drop(p, "said HELLO twice");
+      return on_hello(p, *h);
+    }
+    if (p->at == stage::greeting) return drop(p, "sent a message before HELLO");
+    if (auto* r = std::get_if<ready_line>(&line)) {
       p->ready = true;
-      p->accept = accept != 0;
-      p->rebuild = rebuild != 0;
-      try_round();
-    } else if (verb == "LEAVE") {
-      drop(p, "left gracefully");
-    }  // HB and anything else only refresh last_seen
+      p->revision = r->revision;
+      p->hash = r->hash;
+      p->accept = r->accept;
+      p->rebuild = r->rebuild;
+      p->missed_rounds = 0;
+      if (!round_open_ && has_members()) {
+        round_open_ = true;
+        round_deadline_ = clock::now() + opt_.round_timeout;
+      }
+      return try_round();
+    }
+    if (std::holds_alternative<leave_line>(line)) return drop(p, "left gracefully");
+    // HB: last_seen was refreshed when the bytes arrived.
   }
 
-  void refuse(const peer_ptr& p, const std::string& why) {
+  void on_hello(const peer_ptr& p, const hello_line& h) {
+    if (h.name != p->name)
+      return refuse(p, "the HELLO names '" + h.name + "' but the handshake named '" + p->name + "'");
+    for (auto& [id, q] : peers_)
+      if (q != p && q->at >= stage::candidate && q->name == h.name)
+        return refuse(p, "the name '" + h.name + "' is taken");
+    if (!spec_.empty() && h.spec != spec_) {
+      // The group's spec is never disclosed: the refused peer learns only its own.
+      log("refused " + h.name + ": its state spec '" + h.spec + "' differs from the group's '" + spec_ + "'");
+      return refuse(p,
+                    "the state spec '" + h.spec + "' of peer " + h.name +
+                        " differs from the group's (shapes and dtypes must match exactly)",
+                    false);
+    }
+    p->host = h.host;
+    p->port = h.port;
+    p->spec = h.spec;
+    p->instance = h.instance;
+    p->at = stage::candidate;
+    write(p, "WELCOME");
+    log("hello from " + p->name);
+  }
+
+  void refuse(const peer_ptr& p, const std::string& why, bool log_it = true) {
+    if (log_it) log("refused " + (p->name.empty() ? p->from : p->name) + ": " + why);
     write(p, "REFUSED " + why);
-    log("refused: " + why);
+    if (!alive(p)) return;
+    p->closing = true;  // closed once the refusal is written
+    if (!p->writing && p->out.empty()) close_now(p);
+    remove_from_group(p, "");
+  }
+
+  bool alive(const peer_ptr& p) const { return !stopping_ && peers_.count(p->id) != 0; }
+
+  void close_now(const peer_ptr& p) {
     boost::system::error_code ec;
     p->sock.close(ec);
     peers_.erase(p->id);
+  }
+
+  // Takes p out of the group's bookkeeping (it stays connected while a refusal is written).
+  void remove_from_group(const peer_ptr& p, const std::string& why) {
+    const bool was_member = p->at == stage::member;
+    p->at = stage::greeting;
+    p->ready = false;
+    if (was_member) {
+      changed_ = true;
+      std::lock_guard lock(m_);
+      if (events_.size() < max_events) events_.push_back(p->name + " dropped: " + why);
+      members_.erase(std::remove(members_.begin(), members_.end(), p->name), members_.end());
+    }
+    if (!has_members() && opt_.spec.empty() && was_member) spec_.clear();  // the group emptied: release its spec
   }
 
   void drop(const peer_ptr& p, const std::string& why) {
-    boost::system::error_code ec;
-    p->sock.close(ec);
-    peers_.erase(p->id);
-    if (p->member) {
-      changed_ = true;
-      std::lock_guard lock(m_);
-      events_.push_back(p->name + " dropped: " + why);
-      members_.erase(std::remove(members_.begin(), members_.end(), p->name), members_.end());
-    }
+    if (peers_.count(p->id) == 0) return;
+    if (p->at < stage::candidate && !why.empty()) log("dropped a connection from " + p->from + ": " + why);
+    remove_from_group(p, why);
+    close_now(p);
     try_round();
   }
 
+  bool has_members() const {
+    for (auto& [id, p] : peers_)
+      if (p->at == stage::member) return true;
+    return false;
+  }
+
   void tick() {
-    timer_.expires_after(opt_.heartbeat_timeout / 4);
+    if (stopping_) return;
+    timer_.expires_after(
+        std::max(std::chrono::milliseconds(1), std::min(opt_.heartbeat_timeout, opt_.handshake_timeout) / 4));
     timer_.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
-      const auto now = std::chrono::steady_clock::now();
-      std::vector<peer_ptr> dead;
-      for (auto& [id, p] : peers_)
-        if (p->hello && now - p->last_seen > opt_.heartbeat_timeout) dead.push_back(p);
-      for (auto& p : dead) drop(p, "missed heartbeats for " + std::to_string(opt_.heartbeat_timeout.count()) + " ms");
+      if (ec || stopping_) return;
+      const auto now = clock::now();
+      std::vector<std::pair<peer_ptr, std::string>> dead;
+      for (auto& [id, p] : peers_) {
+        if (p->at < stage::candidate && now - p->connected > opt_.handshake_timeout)
+          dead.emplace_back(p,
+                            "no handshake and HELLO within " + std::to_string(opt_.handshake_timeout.count()) + " ms");
+        else if (p->at >= stage::candidate && now - p->last_seen > opt_.heartbeat_timeout)
+          dead.emplace_back(p, "missed heartbeats for " + std::to_string(opt_.heartbeat_timeout.count()) + " ms");
+      }
+      if (round_open_ && now >= round_deadline_) {
+        for (auto& [id, p] : peers_)
+          if (p->at == stage::member && !p->ready && ++p->missed_rounds >= opt_.max_missed_rounds)
+            dead.emplace_back(p, "missed " + std::to_string(p->missed_rounds) + " rounds (no READY within " +
+                                     std::to_string(opt_.round_timeout.count()) + " ms each)");
+        round_deadline_ = now + opt_.round_timeout;
+      }
+      for (auto& [p, why] : dead) drop(p, why);
       tick();
     });
   }
 
   void try_round() {
+    if (stopping_) return;
     std::vector<peer_ptr> members, joiners;
-    for (auto& [id, p] : peers_) {  // map order = admission order
-      if (p->member)
+    for (auto& [id, p] : peers_) {  // map order = connection order
+      if (p->at == stage::member)
         members.push_back(p);
-      else if (p->hello && p->ready)
+      else if (p->at == stage::candidate && p->ready)
         joiners.push_back(p);
     }
     for (auto& p : members)
       if (!p->ready) return;
+    if (members.empty() && spec_.empty() && !joiners.empty()) {
+      // No spec yet: the largest group of joiners that agree decides it (a tie: the earliest).
+      std::map<std::string, int> count;
+      for (auto& p : joiners) ++count[p->spec];
+      std::string best = joiners.front()->spec;
+      for (auto& p : joiners)
+        if (count[p->spec] > count[best]) best = p->spec;
+      if (count[best] < opt_.min_members && epoch() == 0) return;
+      spec_ = best;
+      std::vector<peer_ptr> keep;
+      for (auto& [id, p] : std::map<std::uint64_t, peer_ptr>(peers_))
+        if (p->at == stage::candidate && p->spec != spec_)
+          refuse(p, "the state spec '" + p->spec + "' of peer " + p->name +
+                        " differs from the group's (shapes and dtypes must match exactly)");
+      for (auto& p : joiners)
+        if (p->spec == spec_) keep.push_back(p);
+      joiners = keep;
+    }
     bool admit = false;
     if (members.empty())  // min_members gates only the first epoch; later a lone joiner restarts the group
       admit = !joiners.empty() && (static_cast<int>(joiners.size()) >= opt_.min_members || epoch() > 0);
     else
       admit = !joiners.empty() && std::all_of(members.begin(), members.end(), [](auto& p) { return p->accept; });
     if (members.empty() && !admit) return;
-    // The majority (revision, hash) among the current members (all admitted ones at bootstrap).
-    std::map<std::pair<std::uint64_t, std::uint64_t>, int> votes;
-    for (auto& p : members.empty() ? joiners : members) ++votes[{p->revision, p->hash}];
+    // The majority (revision, hash) among the members (the joiners being admitted at bootstrap).
+    // Claims never win a tie unless every peer proved it holds the job secret.
+    const auto& voters = members.empty() ? joiners : members;
+    std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<int, std::size_t>> votes;  // -> (count, first voter)
+    for (std::size_t i = 0; i < voters.size(); ++i) {
+      auto [it, fresh] = votes.try_emplace({voters[i]->revision, voters[i]->hash}, 0, i);
+      ++it->second.first;
+    }
     auto best = votes.begin();
-    for (auto it = votes.begin(); it != votes.end(); ++it)
-      if (it->second > best->second || (it->second == best->second && it->first.first > best->first.first)) best = it;
+    for (auto it = votes.begin(); it != votes.end(); ++it) {
+      const bool more = it->second.first > best->second.first;
+      const bool tie = it->second.first == best->second.first;
+      const bool wins_tie = !secret_.empty() ? std::tie(it->first.first, best->second.second) >
+                                                   std::tie(best->first.first, it->second.second)
+                                             : it->second.second < best->second.second;
+      if (more || (tie && wins_tie)) best = it;
+    }
     const auto [win_rev, win_hash] = best->first;
     bool rebuild = changed_;
     for (auto& p : members) rebuild = rebuild || p->rebuild;
     if (admit) {
       for (auto& p : joiners) {
-        p->member = true;
+        p->at = stage::member;
         members.push_back(p);
       }
       rebuild = true;
@@ -271,49 +514,64 @@ class coordinator {
     }
     std::vector<peer_ptr> ring;
     for (int i : order) ring.push_back(members[static_cast<std::size_t>(i)]);
-    int source = 0;
-    for (std::size_t i = 0; i < ring.size(); ++i)
-      if (ring[i]->hash == win_hash && ring[i]->revision == win_rev) {
-        source = static_cast<int>(i);
-        break;
-      }
-    std::uint64_t e;
+    epoch_line line;
+    line.revision = win_rev;
+    line.hash = win_hash;
+    line.source = -1;
+    for (std::size_t i = 0; i < ring.size(); ++i) {
+      if (line.source < 0 && ring[i]->hash == win_hash && ring[i]->revision == win_rev)
+        line.source = static_cast<int>(i);  // the first member in ring order that holds the majority's state
+      line.members.push_back({{ring[i]->name, ring[i]->host, ring[i]->port, ring[i]->instance}, ring[i]->hash});
+    }
+    line.source = std::max(line.source, 0);
     {
       std::lock_guard lock(m_);
       if (rebuild || epoch_ == 0) ++epoch_;
-      e = epoch_;
+      line.epoch = epoch_;
       members_.clear();
       for (auto& p : ring) members_.push_back(p->name);
       if (admit)
-        for (auto& p : joiners) events_.push_back("admitted " + p->name + " in epoch " + std::to_string(e));
+        for (auto& p : joiners)
+          if (events_.size() < max_events)
+            events_.push_back("admitted " + p->name + " in epoch " + std::to_string(epoch_));
     }
     changed_ = false;
-    std::ostringstream tail;
-    for (auto& p : ring) tail << ' ' << p->name << ' ' << p->host << ' ' << p->port << ' ' << p->hash;
+    round_open_ = false;
     for (std::size_t i = 0; i < ring.size(); ++i) {
-      std::ostringstream line;
-      line << "EPOCH " << e << ' ' << i << ' ' << ring.size() << ' ' << win_rev << ' ' << win_hash << ' ' << source
-           << tail.str();
+      line.index = static_cast<int>(i);
       ring[i]->ready = false;
       ring[i]->rebuild = false;
-      write(ring[i], line.str());
+      ring[i]->missed_rounds = 0;
+      write(ring[i], to_line(line));
     }
   }
 
   coordinator_options opt_;
+  comm::detail::job_secret secret_;
+  comm::detail::wire_limits limits_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer timer_{io_};
+  boost::asio::steady_timer accept_timer_{io_};
   std::thread thread_;
+  std::mutex life_;  // start() and stop() against each other
+  bool started_ = false;
   int port_ = 0;
+  // io thread only:
+  bool stopping_ = false;
+  bool accept_error_logged_ = false;
   std::string spec_;
-  std::map<std::uint64_t, peer_ptr> peers_;  // io thread only
+  std::map<std::uint64_t, peer_ptr> peers_;
   std::uint64_t next_id_ = 1;
   bool changed_ = false;
-  mutable std::mutex m_;  // guards the published snapshot below
+  bool round_open_ = false;
+  clock::time_point round_deadline_{};
+  // Published snapshot:
+  mutable std::mutex m_;
   std::uint64_t epoch_ = 0;
   std::vector<std::string> members_;
   std::vector<std::string> events_;
+  std::size_t events_dropped_ = 0;
 };
 
 }  // namespace weft::comm::elastic

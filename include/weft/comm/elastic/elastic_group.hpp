@@ -5,9 +5,13 @@
 #pragma once
 
 #include <weft/comm/allreduce.hpp>
+#include <weft/comm/detail/handshake.hpp>
+#include <weft/comm/detail/handshake_io.hpp>
+#include <weft/comm/elastic/line_protocol.hpp>
 #include <weft/comm/elastic/mesh_transport.hpp>
 #include <weft/comm/elastic/shared_state.hpp>
 #include <weft/comm/fault/failure.hpp>
+#include <weft/core/crypto.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
@@ -15,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -36,6 +41,16 @@ struct group_options {
   std::chrono::milliseconds connect_timeout{3'000};     ///< building the mesh of a new epoch
   std::chrono::milliseconds collective_timeout{5'000};  ///< each collective and each state transfer
   bool accept_joins = true;  ///< this member's vote on admitting joiners at the next boundary
+  /// The job secret (16 to 1024 bytes) shared with the coordinator and every member; "" reads
+  /// WEFT_JOB_SECRET, and without either nothing is authenticated (a warning says so).
+  std::string secret;
+  /// A handshake (with the coordinator or a member) must finish within this, or it is retried
+  /// (members) or fails (the coordinator).
+  std::chrono::milliseconds handshake_timeout{2'000};
+  /// Data connections per pair of members (the same in every member) and the message size from
+  /// which a message is split over them.
+  int connections = 2;
+  std::size_t stripe_min = std::size_t{1} << 18;
 };
 
 /// What a round decided. A plain value.
@@ -65,15 +80,43 @@ class elastic_group {
                 opt_.collective_timeout.count() > 0,
             errc::invalid_argument, where, "every interval and timeout must be positive");
     expects(!state.tensors().empty(), errc::invalid_argument, where, "the shared state has no tensors");
+    expects(opt_.handshake_timeout.count() > 0, errc::invalid_argument, where, "handshake_timeout must be positive");
+    const std::string bad_name = check_member_address({opt_.name, opt_.host, 1, 0});
+    expects(bad_name.empty(), errc::invalid_argument, where, bad_name);
+    secret_ = comm::detail::job_secret::resolve(opt_.secret, where);
+    limits_.handshake_timeout = opt_.handshake_timeout;
+    instance_ = crypto::random_u64() | 1;
+    if (secret_.empty()) {
+      static std::once_flag once;
+      std::call_once(once, [] {
+        std::fprintf(stderr,
+                     "weft::comm::elastic::elastic_group: no job secret (set WEFT_JOB_SECRET or the secret option): "
+                     "the coordinator and the members are not authenticated, and any process that can reach them "
+                     "may join the group and take part in its collectives\n");
+      });
+    }
     listen_fd_ = detail::listen_on(opt_.host, opt_.port, where);
     try {
-      ctl_ = detail::connect_to(opt_.coordinator_host, opt_.coordinator_port, clock_type::now() + opt_.connect_timeout,
-                                where, "the coordinator");
-      send_line("HELLO " + opt_.name + " " + opt_.host + " " + std::to_string(opt_.port) + " " + state.spec());
-      const std::string reply = read_line(clock_type::now() + opt_.connect_timeout);
+      const auto until = clock_type::now() + opt_.connect_timeout;
+      ctl_ = detail::connect_to(opt_.coordinator_host, opt_.coordinator_port, until, where, "the coordinator");
+      comm::detail::peer_identity id;
+      id.name = opt_.name;
+      id.instance = instance_;
+      comm::detail::handshake hs(
+          comm::detail::handshake::role::client, comm::detail::conn_kind::coordinator, id, secret_,
+          [](const comm::detail::peer_identity& p) {
+            return p.name == "coordinator" ? std::string() : std::string("the peer is not an elastic coordinator");
+          },
+          limits_);
+      comm::detail::drive(ctl_, hs, std::min(until, clock_type::now() + opt_.handshake_timeout));
+      if (hs.state() != comm::detail::handshake::status::done)
+        weft::detail::raise(hs.failure_code() == errc::timeout ? errc::timeout : errc::mismatch, where, opt_.name,
+                            ": the handshake with the coordinator failed: ", hs.failure());
+      send_line(to_line(hello_line{opt_.name, opt_.host, opt_.port, state.spec(), instance_}));
+      const std::string reply = read_line(until);
       if (reply.rfind("REFUSED ", 0) == 0)
         weft::detail::raise(errc::mismatch, where, "the coordinator refused ", opt_.name, ": ", reply.substr(8));
-      expects(reply == "WELCOME", errc::io, where, "unexpected reply to HELLO: '", reply, "'");
+      expects(reply == "WELCOME", errc::io, where, "unexpected reply to HELLO: '", reply.substr(0, 64), "'");
     } catch (...) {
       close_sockets();
       throw;
@@ -92,21 +135,24 @@ class elastic_group {
   epoch_info sync() {
     constexpr const char* where = "weft::comm::elastic::elastic_group::sync";
     expects(ctl_ >= 0, errc::precondition, where, opt_.name, " has left the group");
-    send_line("READY " + std::to_string(state_->revision()) + " " + std::to_string(state_->hash()) + " " +
-              (opt_.accept_joins ? "1" : "0") + " " + (broken_ ? "1" : "0"));
+    send_line(to_line(ready_line{state_->revision(), state_->hash(), opt_.accept_joins, broken_}));
     const std::string line = read_line(clock_type::now() + opt_.round_timeout);
-    std::istringstream in(line);
-    std::string verb;
-    std::uint64_t e = 0, win_rev = 0, win_hash = 0;
-    int me = 0, n = 0, source = 0;
-    in >> verb >> e >> me >> n >> win_rev >> win_hash >> source;
-    expects(verb == "EPOCH" && in && n > 0 && me >= 0 && me < n, errc::io, where, opt_.name,
-            ": unexpected message from the coordinator: '", line, "'");
+    if (line.rfind("REFUSED ", 0) == 0) {
+      lost_ = true;
+      weft::detail::raise(errc::mismatch, where, "the coordinator refused ", opt_.name, ": ", line.substr(8));
+    }
+    const epoch_line ep = parse_epoch_line(line, limits_);
+    const std::uint64_t e = ep.epoch, win_rev = ep.revision, win_hash = ep.hash;
+    const int me = ep.index, n = static_cast<int>(ep.members.size()), source = ep.source;
+    const auto& self = ep.members[idx(me)].address;
+    expects(self.name == opt_.name && self.instance == instance_, errc::parse, where, opt_.name,
+            ": the coordinator's EPOCH line puts '", self.name, "' at this member's index");
     std::vector<peer_address> members(static_cast<std::size_t>(n));
     std::vector<std::uint64_t> hashes(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i)
-      in >> members[idx(i)].name >> members[idx(i)].host >> members[idx(i)].port >> hashes[idx(i)];
-    expects(static_cast<bool>(in), errc::io, where, opt_.name, ": malformed EPOCH line '", line, "'");
+    for (int i = 0; i < n; ++i) {
+      members[idx(i)] = ep.members[idx(i)].address;
+      hashes[idx(i)] = ep.members[idx(i)].hash;
+    }
     epoch_info info;
     info.epoch = e;
     info.rank = me;
@@ -123,7 +169,8 @@ class elastic_group {
     if (!mesh_ || mesh_->epoch() != e || broken_) {
       mesh_.reset();
       broken_ = true;  // until the new mesh stands
-      mesh_ = std::make_unique<mesh_transport>(members, me, listen_fd_, e, clock_type::now() + opt_.connect_timeout);
+      mesh_ = std::make_unique<mesh_transport>(members, me, listen_fd_, e, clock_type::now() + opt_.connect_timeout,
+                                               secret_, limits_, mesh_options{opt_.connections, opt_.stripe_min});
       broken_ = false;
       channel_ = 1;
     }
@@ -254,6 +301,11 @@ class elastic_group {
       expects(r > 0, errc::peer_failure, "weft::comm::elastic::elastic_group", opt_.name,
               ": the coordinator closed the connection (it stopped, or declared this member dead)");
       inbox_.append(buf, static_cast<std::size_t>(r));
+      if (inbox_.find('\n') == std::string::npos && inbox_.size() > max_coordinator_line_bytes) {
+        lost_ = true;
+        weft::detail::raise(errc::parse, "weft::comm::elastic::elastic_group", opt_.name,
+                            ": the coordinator sent a line longer than ", max_coordinator_line_bytes, " bytes");
+      }
     }
   }
   void beat() {
@@ -284,6 +336,9 @@ class elastic_group {
 
   shared_state* state_;
   group_options opt_;
+  comm::detail::job_secret secret_;
+  comm::detail::wire_limits limits_;
+  std::uint64_t instance_ = 0;
   int listen_fd_ = -1;
   int ctl_ = -1;
   std::mutex ctl_mutex_;  // heartbeat thread and driver both write the control socket

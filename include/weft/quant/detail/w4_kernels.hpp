@@ -53,6 +53,9 @@ struct w4_tile_args {
   const std::uint16_t* xb[MB];
   const Scale* scales[NR];
   const std::int16_t* zeros[NR];
+  // Rows to prefetch while this tile runs (the next row block), or null: the rows of a tile are
+  // separate 2-8 KiB streams, too short for the hardware prefetcher to reach DRAM speed.
+  const std::uint8_t* prefetch[NR];
   std::int64_t groups;            // G
   std::int64_t blocks_per_group;  // group_size / 32
   std::int64_t blocks;            // k_padded / 32
@@ -170,7 +173,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void w4_tile_avx51
       for (int m = 0; m < MB; ++m) acc[r][m] = _mm512_setzero_ps();
     const std::int64_t b_end = (g + 1) * a.blocks_per_group < a.blocks ? (g + 1) * a.blocks_per_group : a.blocks;
     for (std::int64_t b = g * a.blocks_per_group; b < b_end; ++b) {
-      // One 16-byte load zero-extended to 16 lanes: low nibbles are x[0..15], high x[16..31].
+      if ((b & 3) == 0 && a.prefetch[0] != nullptr)
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(a.prefetch[r] + b * int4_block_bytes), _MM_HINT_T0);
+          // One 16-byte load zero-extended to 16 lanes: low nibbles are x[0..15], high x[16..31].
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) {
         const __m512i v =
@@ -233,6 +240,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c"))) void w4
     const std::int64_t b_end = b0 + a.blocks_per_group < a.blocks ? b0 + a.blocks_per_group : a.blocks;
     std::int64_t b = b0;
     for (; b + 2 <= b_end; b += 2) {
+      if ((b & 3) == 0 && a.prefetch[0] != nullptr)
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(a.prefetch[r] + b * int4_block_bytes), _MM_HINT_T0);
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) {
         const __m512i v = _mm512_cvtepu8_epi16(

@@ -65,18 +65,25 @@ __attribute__((target("avx2"))) inline void w8_panel_avx2(const std::int8_t* a, 
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + 8), r1);
 }
 
-/// AVX-512 VNNI micro-kernel: MR activation rows (unsigned, a + 128) x NV panels of 16 weight rows.
-/// vpdpbusd multiplies u8 by s8; the caller subtracts 128 * (row sum of the weights).
-/// c is MR x (NV * 16), row stride ldc.
-template <int MR, int NV>
+/// AVX-512 VNNI micro-kernel: MR activation rows (unsigned: a + 128, row stride lda) x NV panels
+/// of 16 weight rows, K in 4-byte k-steps. vpdpbusd multiplies u8 by s8, so each accumulator
+/// starts at `correction` (-128 x the weight row's code sum, computed once at packing), which
+/// makes the result exact: sum (a + 128) w - 128 sum w = sum a w. The tile goes straight to the
+/// output with masked stores: `rows` x `cols` of it, int32 (Scaled = false) or
+/// float(c) x a_scales[i] x w_scales[j] (Scaled = true). Register blocking after Goto and van de
+/// Geijn (2008): MR x NV zmm accumulators, NV weight loads and MR broadcasts per k-step.
+template <int MR, int NV, bool Scaled, class Out>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void w8_tile_vnni(
     const std::uint8_t* a, std::int64_t lda, const std::int8_t* panels, std::int64_t panel_stride, std::int64_t k_steps,
-    std::int32_t* c, std::int64_t ldc) noexcept {
+    const std::int32_t* correction, Out* out, std::int64_t ldo, std::int64_t rows, std::int64_t cols,
+    const float* a_scales, const float* w_scales) noexcept {
   __m512i acc[MR][NV];
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_si512();
+  for (int v = 0; v < NV; ++v) {
+    const __m512i start = _mm512_loadu_si512(correction + v * 16);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) acc[i][v] = start;
+  }
   for (std::int64_t s = 0; s < k_steps; ++s) {
     __m512i w[NV];
 #pragma GCC unroll 4
@@ -90,10 +97,27 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void w8_tile_vnn
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], x, w[v]);
     }
   }
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) _mm512_storeu_si512(c + i * ldc + v * 16, acc[i][v]);
+  for (int v = 0; v < NV; ++v) {
+    const std::int64_t left = cols - v * 16;
+    if (left <= 0) break;
+    const auto mask = static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+    if constexpr (Scaled) {
+      const __m512 ws = _mm512_maskz_loadu_ps(mask, w_scales + v * 16);
+#pragma GCC unroll 32
+      for (int i = 0; i < MR; ++i)
+        if (i < rows)
+          _mm512_mask_storeu_ps(
+              out + i * ldo + v * 16, mask,
+              _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][v]), _mm512_set1_ps(a_scales[i])), ws));
+    } else {
+      (void)a_scales;
+      (void)w_scales;
+#pragma GCC unroll 32
+      for (int i = 0; i < MR; ++i)
+        if (i < rows) _mm512_mask_storeu_epi32(out + i * ldo + v * 16, mask, acc[i][v]);
+    }
+  }
 }
 
 /// AMX tile configuration (palette 1): tiles 0-3 are C (16 x 16 int32), 4-5 A (16 x 64 int8),

@@ -1,14 +1,17 @@
-// Roofline cost model of one engine iteration: the time is the larger of the compute time (linear
-// layers 2 * params FLOPs per token plus attention) and the memory time (weights once per iteration
-// plus every KV byte attention reads), plus a fixed overhead. The model of Yuan et al., "LLM Inference
-// Unveiled: Survey and Roofline Model Insights" (2024, §2) and of DistServe's latency model (OSDI 2024, §3).
+// Time of one engine iteration from its composition: per layer, the non-attention operators (from a
+// measured Vidur operator profile, Agrawal et al., MLSys 2024, or a roofline fallback: Yuan et al.,
+// "LLM Inference Unveiled", 2024, §2), attention modelled explicitly (prefill FLOPs of QK^T and PV,
+// decode KV bytes read; Dao, FlashAttention-2, 2023), two tensor-parallel all-reduces (measured
+// profile or latency + ring bytes), plus the engine's CPU work per iteration and per request.
 #pragma once
 
 #include <weft/sched/batch.hpp>
+#include <weft/sched/sim/vidur_profile.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -24,9 +27,21 @@ struct model_spec {
   int head_dim = 0;
   int weight_bytes = 2;  ///< fp16/bf16
   int kv_dtype_bytes = 2;
+  int intermediate = 0;  ///< MLP width (gated MLP: gate and up each this wide); 0: unknown
+  int vocab = 0;         ///< vocabulary (the LM head); 0: unknown
 
+  int heads() const noexcept { return head_dim > 0 ? hidden / head_dim : 0; }
   double kv_bytes_per_token() const noexcept {
     return 2.0 * layers * static_cast<double>(kv_heads) * head_dim * kv_dtype_bytes;
+  }
+  /// The shape a layer profile is matched (or rescaled) against.
+  layer_shape shape() const noexcept { return {heads(), kv_heads, hidden, intermediate}; }
+  /// Weights of one layer's linear operators (QKV, output projection, gated MLP): what every token
+  /// multiplies. Without `intermediate`, the parameters less the embeddings, per layer.
+  double linear_params_per_layer() const noexcept {
+    const double h = hidden, kv = static_cast<double>(kv_heads) * head_dim;
+    if (intermediate > 0) return h * (h + 2.0 * kv) + h * h + 3.0 * h * intermediate;
+    return (parameters - 2.0 * vocab * h) / layers;
   }
 };
 
@@ -40,28 +55,56 @@ struct gpu_spec {
 };
 
 /// Llama-2-7B (Touvron et al., "Llama 2", 2023, Table 1 and the released config: 32 layers, width
-/// 4096, 32 heads of 128, no GQA): 6.74e9 parameters, 512 KiB of fp16 KV per token.
-inline model_spec llama2_7b() { return {"llama2-7b", 6.74e9, 32, 4096, 32, 128, 2, 2}; }
-/// Llama-2-70B (same source: 80 layers, width 8192, GQA with 8 KV heads of 128): 68.98e9 parameters,
-/// 320 KiB of fp16 KV per token.
-inline model_spec llama2_70b() { return {"llama2-70b", 68.98e9, 80, 8192, 8, 128, 2, 2}; }
+/// 4096, 32 heads of 128, no GQA, MLP 11008, vocabulary 32000): 6.74e9 parameters, 512 KiB KV/token.
+inline model_spec llama2_7b() { return {"llama2-7b", 6.74e9, 32, 4096, 32, 128, 2, 2, 11008, 32000}; }
+/// Llama-2-70B (same source: 80 layers, width 8192, GQA with 8 KV heads of 128, MLP 28672): 68.98e9
+/// parameters, 320 KiB of fp16 KV per token.
+inline model_spec llama2_70b() { return {"llama2-70b", 68.98e9, 80, 8192, 8, 128, 2, 2, 28672, 32000}; }
+/// Mistral-7B (Jiang et al., "Mistral 7B", 2023, Table 1: 32 layers, width 4096, 32 heads, GQA with 8
+/// KV heads of 128, MLP 14336, vocabulary 32000): 7.24e9 parameters, 128 KiB of fp16 KV per token.
+inline model_spec mistral_7b() { return {"mistral-7b", 7.24e9, 32, 4096, 8, 128, 2, 2, 14336, 32000}; }
+/// Llama-3-8B (Meta's released config: Mistral-7B's layer shape, vocabulary 128256): 8.03e9 parameters.
+inline model_spec llama3_8b() { return {"llama3-8b", 8.03e9, 32, 4096, 8, 128, 2, 2, 14336, 128256}; }
+/// Llama-3-70B (released config: 80 layers, width 8192, 64 heads, GQA 8, MLP 28672, vocabulary
+/// 128256): 70.6e9 parameters, 320 KiB of fp16 KV per token.
+inline model_spec llama3_70b() { return {"llama3-70b", 70.6e9, 80, 8192, 8, 128, 2, 2, 28672, 128256}; }
+/// Yi-34B (01.AI's released config: 60 layers, width 7168, 56 heads, GQA 8, MLP 20480, vocabulary
+/// 64000): 34.39e9 parameters. Sarathi-Serve's artifact measured its iterations (docs/sched.md).
+inline model_spec yi_34b() { return {"yi-34b", 34.39e9, 60, 7168, 8, 128, 2, 2, 20480, 64000}; }
+
 /// NVIDIA A100 SXM4 80GB (A100 datasheet, 2021): 312 TFLOPS dense bf16, 2.039 TB/s HBM2e, 80 GB;
 /// PCIe 4.0 x16 (32 GB/s per direction, ~25 GB/s achieved).
-inline gpu_spec a100_80g() { return {"A100-80G", 312e12, 2.039e12, 80e9, 25e9}; }
+inline gpu_spec a100_80g() { return {"A100-SXM4-80G", 312e12, 2.039e12, 80e9, 25e9}; }
+/// The same GPU by its form factor's name.
+inline gpu_spec a100_sxm_80g() { return a100_80g(); }
+/// NVIDIA A100 80GB PCIe (same datasheet): 312 TFLOPS, 1.935 TB/s; the GPU of Sarathi-Serve's
+/// Mistral-7B and Yi-34B runs (Azure NC96ads v4, pairwise NVLink).
+inline gpu_spec a100_pcie_80g() { return {"A100-PCIe-80G", 312e12, 1.935e12, 80e9, 25e9}; }
 /// NVIDIA H100 SXM5 80GB (H100 datasheet, 2023): 989 TFLOPS dense bf16, 3.35 TB/s HBM3, 80 GB;
 /// PCIe 5.0 x16 (64 GB/s per direction, ~50 GB/s achieved).
 inline gpu_spec h100_80g() { return {"H100-80G", 989e12, 3.35e12, 80e9, 50e9}; }
 
-/// Everything the cost model needs. The efficiencies and overheads are assumptions, stated in
-/// docs/sched.md: calibrate them against a profile of the real engine before trusting absolute numbers.
+/// Everything the cost model needs. Where each default comes from is in docs/sched.md ("Cost model"):
+/// the roofline efficiencies are fitted to Vidur's measured profiles, the engine overheads to
+/// Sarathi-Serve's measured iterations; calibrate them against your engine.
 struct cost_params {
   model_spec model = llama2_7b();
   gpu_spec gpu = a100_80g();
-  int tensor_parallel = 1;                 ///< GPUs per instance; compute, bandwidth and memory scale with it
-  double compute_efficiency = 0.5;         ///< achieved share of peak FLOPs (MFU) in large prefills
-  double memory_efficiency = 0.8;          ///< achieved share of HBM bandwidth in decode
-  double iteration_overhead_s = 2e-3;      ///< scheduling, sampling, kernel launches per iteration
-  double tp_overhead_s_per_layer = 0.0;    ///< all-reduce latency per layer when tensor_parallel > 1
+  int tensor_parallel = 1;  ///< GPUs per instance; compute, bandwidth and memory scale with it
+  // Roofline of the non-attention operators (used when no measured profile is given).
+  double compute_efficiency = 0.64;  ///< achieved share of peak FLOPs in large GEMMs
+  double memory_efficiency = 0.95;   ///< achieved share of HBM bandwidth reading weights
+  double layer_overhead_s = 70e-6;   ///< per layer and iteration: launching ~9 operators
+  // Attention, always modelled (profiles of it are not shipped).
+  double attention_compute_efficiency = 0.3;  ///< FlashAttention prefill, share of peak
+  double attention_memory_efficiency = 0.7;   ///< paged decode attention, share of HBM bandwidth
+  double attention_overhead_s = 10e-6;        ///< per layer and iteration
+  // The engine around the GPU.
+  double iteration_overhead_s = 21e-3;     ///< CPU per iteration: scheduling, input preparation, sampling launch
+  double per_request_overhead_s = 1.2e-3;  ///< CPU per scheduled request: sampling, detokenising, bookkeeping
+  // Tensor parallelism without an all-reduce profile: two all-reduces per layer.
+  double tp_overhead_s_per_layer = 0.0;    ///< their latency, per layer
+  double tp_link_bytes_per_s = 150e9;      ///< ring bus bandwidth of the GPU link (NVLink)
   double memory_utilization = 0.9;         ///< share of HBM the engine may use (vLLM's gpu_memory_utilization)
   double copy_unit_overhead_s = 10e-6;     ///< fixed cost per separate copy (one cudaMemcpyAsync)
   double interconnect_bytes_per_s = 25e9;  ///< instance-to-instance link (200 Gb/s NIC) for KV transfer
@@ -79,7 +122,7 @@ inline cost_params llama2_70b_a100_tp4() {
   cost_params p;
   p.model = llama2_70b();
   p.tensor_parallel = 4;
-  p.tp_overhead_s_per_layer = 2 * 15e-6;  // two all-reduces per layer, ~15 us each on NVLink
+  p.tp_overhead_s_per_layer = 2 * 15e-6;  // two all-reduces per layer, ~15 us latency each on NVLink
   return p;
 }
 inline cost_params llama2_70b_h100_tp4() {
@@ -88,56 +131,127 @@ inline cost_params llama2_70b_h100_tp4() {
   p.tp_overhead_s_per_layer = 2 * 10e-6;
   return p;
 }
+/// Sarathi-Serve's Mistral-7B deployment: one A100 80GB PCIe (OSDI 2024, §5, and its artifact).
+inline cost_params mistral_7b_a100() {
+  cost_params p;
+  p.model = mistral_7b();
+  p.gpu = a100_pcie_80g();
+  return p;
+}
+inline cost_params llama3_8b_a100() {
+  cost_params p;
+  p.model = llama3_8b();
+  return p;
+}
+inline cost_params llama3_70b_a100_tp4() {
+  cost_params p = llama2_70b_a100_tp4();
+  p.model = llama3_70b();
+  return p;
+}
 
-/// Iteration and transfer times. Thread-safe (immutable). iteration_s is O(batch entries).
+/// What one iteration holds, for the cost model: tokens computed, attention work and requests.
+struct iteration_shape {
+  double tokens = 0.0;           ///< prefill + decode tokens computed
+  double attention_pairs = 0.0;  ///< sum over new tokens of the context each attends to
+  double kv_read_tokens = 0.0;   ///< tokens of KV attention reads (each entry's context)
+  double requests = 0.0;         ///< requests in the batch (per-request CPU work; LM-head rows)
+};
+
+/// Iteration and transfer times. Thread-safe (immutable). iteration_s is O(batch entries + log points).
 class cost_model {
  public:
-  explicit cost_model(cost_params p = {}) : p_(std::move(p)) {
+  /// The roofline model. Throws weft::error(invalid_argument) for sizes, rates or efficiencies out of range.
+  explicit cost_model(cost_params p = {}) : p_(std::move(p)) { validate_params(); }
+
+  /// The measured-profile model: non-attention operators and (TP > 1) all-reduces from `profile`.
+  /// Throws weft::error(invalid_argument) when the profile's tensor-parallel degree, layer shape or
+  /// all-reduce worker count does not match p (rescale a profile with layer_profile::rescaled), or
+  /// when TP > 1 and the profile has no all-reduce.
+  cost_model(cost_params p, measured_profile profile) : p_(std::move(p)), profile_(std::move(profile)) {
+    validate_params();
     const char* where = "weft::sched::sim::cost_model";
-    expects(p_.model.parameters > 0 && p_.model.layers > 0 && p_.model.hidden > 0 && p_.model.kv_heads > 0 &&
-                p_.model.head_dim > 0,
-            errc::invalid_argument, where, "model '", p_.model.name, "' needs positive sizes");
-    expects(
-        p_.gpu.peak_flops > 0 && p_.gpu.hbm_bytes_per_s > 0 && p_.gpu.hbm_bytes > 0 && p_.gpu.host_link_bytes_per_s > 0,
-        errc::invalid_argument, where, "gpu '", p_.gpu.name, "' needs positive rates and memory");
-    expects(p_.tensor_parallel >= 1, errc::invalid_argument, where, "tensor_parallel must be >= 1, got ",
-            p_.tensor_parallel);
-    expects(p_.compute_efficiency > 0 && p_.compute_efficiency <= 1 && p_.memory_efficiency > 0 &&
-                p_.memory_efficiency <= 1 && p_.memory_utilization > 0 && p_.memory_utilization <= 1,
-            errc::invalid_argument, where, "efficiencies and memory_utilization must be in (0, 1]");
-    expects(p_.iteration_overhead_s >= 0 && p_.copy_unit_overhead_s >= 0 && p_.tp_overhead_s_per_layer >= 0 &&
-                p_.interconnect_bytes_per_s > 0,
-            errc::invalid_argument, where, "overheads must be >= 0 and the interconnect rate > 0");
-    expects(kv_bytes_available() > 0, errc::invalid_argument, where, "model '", p_.model.name,
-            "' weights do not fit in ", p_.tensor_parallel, " x ", p_.gpu.name);
+    const layer_profile& l = profile_->layer;
+    expects(l.tensor_parallel() == p_.tensor_parallel, errc::invalid_argument, where, "profile ", l.source(),
+            " is for tensor-parallel degree ", l.tensor_parallel(), ", the deployment has ", p_.tensor_parallel);
+    expects(p_.model.intermediate == 0 || l.shape() == p_.model.shape(), errc::invalid_argument, where, "profile ",
+            l.source(), " is for layer shape ", detail::shape_text(l.shape()), ", model '", p_.model.name, "' has ",
+            detail::shape_text(p_.model.shape()), " (rescale the profile with layer_profile::rescaled)");
+    expects(p_.tensor_parallel == 1 || (profile_->all_reduce && profile_->all_reduce->workers() == p_.tensor_parallel),
+            errc::invalid_argument, where, "a tensor-parallel deployment of ", p_.tensor_parallel,
+            " GPUs needs an all-reduce profile of that many workers");
   }
 
   const cost_params& params() const noexcept { return p_; }
+  /// The measured profile, or nullptr for the roofline model.
+  const measured_profile* profile() const noexcept { return profile_ ? &*profile_ : nullptr; }
 
-  /// Seconds for a batch given as token counts: `tokens` computed (prefill + decode), attention over
-  /// `attention_pairs` (sum over new tokens of the context they attend to) and `kv_read_tokens` of KV read.
-  double iteration_s(double tokens, double attention_pairs, double kv_read_tokens) const noexcept {
-    if (tokens <= 0) return 0.0;
-    const double tp = p_.tensor_parallel;
-    const double flops = 2.0 * p_.model.parameters * tokens + 4.0 * p_.model.layers * p_.model.hidden * attention_pairs;
-    const double bytes = p_.model.parameters * p_.model.weight_bytes + kv_read_tokens * p_.model.kv_bytes_per_token();
-    const double compute = flops / (tp * p_.gpu.peak_flops * p_.compute_efficiency);
-    const double memory = bytes / (tp * p_.gpu.hbm_bytes_per_s * p_.memory_efficiency);
-    const double comm = tp > 1 ? p_.tp_overhead_s_per_layer * p_.model.layers : 0.0;
-    return p_.iteration_overhead_s + std::max(compute, memory) + comm;
+  /// Seconds of one iteration of the given shape (swap copies not included; see transfer_s):
+  /// iteration_overhead + per_request * requests + layers * (linear + attention + all-reduces) + LM head.
+  double iteration_s(const iteration_shape& it) const noexcept {
+    if (it.tokens <= 0) return 0.0;
+    const double per_layer =
+        linear_layer_s(it.tokens) + attention_layer_s(it.attention_pairs, it.kv_read_tokens) + tp_layer_s(it.tokens);
+    return p_.iteration_overhead_s + p_.per_request_overhead_s * it.requests + p_.model.layers * per_layer +
+           head_s(it.requests);
   }
-
+  /// One request's iteration of `tokens` tokens with the given attention work.
+  double iteration_s(double tokens, double attention_pairs, double kv_read_tokens) const noexcept {
+    return iteration_s(iteration_shape{tokens, attention_pairs, kv_read_tokens, 1.0});
+  }
   /// Seconds for a scheduler batch (swap copies not included; see transfer_s).
-  double iteration_s(const batch& b) const noexcept {
-    double tokens = 0, pairs = 0, kv = 0;
+  double iteration_s(const batch& b) const noexcept { return iteration_s(shape_of(b)); }
+
+  /// The iteration shape of a batch: token i of a chunk of n attends to ctx - n + i + 1 tokens.
+  static iteration_shape shape_of(const batch& b) noexcept {
+    iteration_shape s;
     for (const auto& e : b.entries) {
       const double n = static_cast<double>(e.prefill_tokens + e.decode_tokens);
       const double ctx = static_cast<double>(e.context_tokens);
-      tokens += n;
-      pairs += n * (ctx - (n - 1.0) / 2.0);  // token i of the chunk attends to ctx - n + i + 1 tokens
-      kv += ctx;
+      s.tokens += n;
+      s.attention_pairs += n * (ctx - (n - 1.0) / 2.0);
+      s.kv_read_tokens += ctx;
     }
-    return iteration_s(tokens, pairs, kv);
+    s.requests = static_cast<double>(b.entries.size());
+    return s;
+  }
+
+  /// One layer's non-attention operators for a batch of `tokens` tokens: the measured profile when
+  /// there is one, else the roofline.
+  double linear_layer_s(double tokens) const noexcept {
+    return profile_ ? profile_->layer.layer_s(tokens) : roofline_linear_layer_s(tokens);
+  }
+  /// The roofline of one layer's linear operators: launch overhead + max(2 * weights * tokens FLOPs
+  /// at compute_efficiency, weight bytes at memory_efficiency), per GPU.
+  double roofline_linear_layer_s(double tokens) const noexcept {
+    const double w = p_.model.linear_params_per_layer() / p_.tensor_parallel;
+    const double compute = 2.0 * w * tokens / (p_.gpu.peak_flops * p_.compute_efficiency);
+    const double memory = w * p_.model.weight_bytes / (p_.gpu.hbm_bytes_per_s * p_.memory_efficiency);
+    return p_.layer_overhead_s + std::max(compute, memory);
+  }
+  /// One layer's attention: overhead + max(4 * hidden * pairs FLOPs (QK^T and PV), KV bytes read),
+  /// each at its efficiency, per GPU.
+  double attention_layer_s(double attention_pairs, double kv_read_tokens) const noexcept {
+    const double tp = p_.tensor_parallel;
+    const double flops = 4.0 * p_.model.hidden * attention_pairs / tp;
+    const double bytes = kv_read_tokens * p_.model.kv_bytes_per_token() / p_.model.layers / tp;
+    return p_.attention_overhead_s + std::max(flops / (p_.gpu.peak_flops * p_.attention_compute_efficiency),
+                                              bytes / (p_.gpu.hbm_bytes_per_s * p_.attention_memory_efficiency));
+  }
+  /// One layer's two tensor-parallel all-reduces of tokens * hidden fp16 elements (0 without TP):
+  /// from the measured profile, else latency + ring bytes 2 (n - 1) / n * size / link bandwidth.
+  double tp_layer_s(double tokens) const noexcept {
+    if (p_.tensor_parallel == 1) return 0.0;
+    const double elements = tokens * p_.model.hidden;
+    if (profile_ && profile_->all_reduce) return 2.0 * profile_->all_reduce->seconds_for(elements);
+    const double n = p_.tensor_parallel;
+    return p_.tp_overhead_s_per_layer + 2.0 * 2.0 * (n - 1.0) / n * elements * 2.0 / p_.tp_link_bytes_per_s;
+  }
+  /// The LM head: its weights read once, 2 * vocab * hidden FLOPs per request's sampled row.
+  double head_s(double requests) const noexcept {
+    if (p_.model.vocab <= 0 || requests <= 0) return 0.0;
+    const double w = static_cast<double>(p_.model.vocab) * p_.model.hidden / p_.tensor_parallel;
+    return std::max(2.0 * w * requests / (p_.gpu.peak_flops * p_.compute_efficiency),
+                    w * p_.model.weight_bytes / (p_.gpu.hbm_bytes_per_s * p_.memory_efficiency));
   }
 
   /// Seconds to copy t over the host link (swap): one overhead per copy unit plus bytes / bandwidth.
@@ -165,33 +279,140 @@ class cost_model {
   std::int64_t kv_bytes_per_token() const noexcept { return static_cast<std::int64_t>(p_.model.kv_bytes_per_token()); }
 
  private:
+  void validate_params() const {
+    const char* where = "weft::sched::sim::cost_model";
+    const model_spec& m = p_.model;
+    expects(m.parameters > 0 && m.layers > 0 && m.hidden > 0 && m.kv_heads > 0 && m.head_dim > 0 &&
+                m.hidden % m.head_dim == 0 && m.intermediate >= 0 && m.vocab >= 0 && m.weight_bytes > 0 &&
+                m.kv_dtype_bytes > 0 && m.linear_params_per_layer() > 0,
+            errc::invalid_argument, where, "model '", m.name,
+            "' needs positive sizes, head_dim dividing hidden and more parameters than embeddings");
+    expects(
+        p_.gpu.peak_flops > 0 && p_.gpu.hbm_bytes_per_s > 0 && p_.gpu.hbm_bytes > 0 && p_.gpu.host_link_bytes_per_s > 0,
+        errc::invalid_argument, where, "gpu '", p_.gpu.name, "' needs positive rates and memory");
+    expects(p_.tensor_parallel >= 1 && p_.tensor_parallel <= 4096, errc::invalid_argument, where,
+            "tensor_parallel must be in [1, 4096], got ", p_.tensor_parallel);
+    const auto unit = [](double e) { return e > 0 && e <= 1; };
+    expects(unit(p_.compute_efficiency) && unit(p_.memory_efficiency) && unit(p_.attention_compute_efficiency) &&
+                unit(p_.attention_memory_efficiency) && unit(p_.memory_utilization),
+            errc::invalid_argument, where, "efficiencies and memory_utilization must be in (0, 1]");
+    const auto time = [](double t) { return t >= 0 && std::isfinite(t); };
+    expects(time(p_.iteration_overhead_s) && time(p_.per_request_overhead_s) && time(p_.layer_overhead_s) &&
+                time(p_.attention_overhead_s) && time(p_.copy_unit_overhead_s) && time(p_.tp_overhead_s_per_layer) &&
+                p_.interconnect_bytes_per_s > 0 && p_.tp_link_bytes_per_s > 0,
+            errc::invalid_argument, where, "overheads must be finite and >= 0, link rates > 0");
+    expects(kv_bytes_available() > 0, errc::invalid_argument, where, "model '", m.name, "' weights do not fit in ",
+            p_.tensor_parallel, " x ", p_.gpu.name);
+  }
+
   cost_params p_;
+  std::optional<measured_profile> profile_;
 };
 
-/// Sarathi-Serve's rule (§4.3): the largest per-iteration token budget whose iteration, holding
-/// `decodes` decodes over `mean_context` tokens each plus prefill tokens up to the budget, stays within
-/// the TBT target. Returns at least `decodes` (decodes are never dropped) — compare with the target to see
-/// whether it is reachable at all. O(log budget).
+/// What token_budget_for_tbt prices: the iteration a Sarathi token budget must keep within the TBT target.
+struct tbt_budget_query {
+  double tbt_target_s = 0.1;
+  std::int64_t decodes = 0;   ///< running decodes in the iteration
+  double mean_context = 0.0;  ///< their mean context, tokens
+  /// The prefill chunk is priced as the last chunk of a prompt this long (its attention reads the
+  /// whole prompt: the worst position); 0 prices it at the start of a prompt.
+  double prompt_tokens = 0.0;
+  double headroom = 0.0;           ///< share of the target kept free (noise, effects not modelled), in [0, 1)
+  std::int64_t block_tokens = 16;  ///< KV block size, for the capacity check
+};
+
+/// The budget, what it was priced at, and whether the target can be met at all.
+struct tbt_budget {
+  std::int64_t token_budget = 0;  ///< largest per-iteration budget whose iteration fits (>= decodes priced)
+  double iteration_s = 0.0;       ///< predicted iteration time at that budget
+  std::int64_t decodes = 0;       ///< decodes priced: the query's, or as many as the KV cache holds
+  std::int64_t kv_capacity_tokens = 0;
+  bool feasible = false;  ///< false: the target cannot be met as asked; `reason` says why
+  std::string reason;
+};
+
+/// Sarathi-Serve's rule (OSDI 2024, §4.3): the largest per-iteration token budget (decodes plus one
+/// prefill chunk) whose iteration, priced at the chunk's worst position (the end of a prompt of
+/// q.prompt_tokens), stays within the TBT target less the headroom. Accounts for KV capacity: when the
+/// decodes' KV (and the chunk's prompt) cannot be held, it prices the decodes that fit and says so.
+/// Infeasible (feasible = false) when the KV cache cannot hold the decodes, or the decodes alone
+/// exceed the target. O(log budget). Thread-safe.
+inline tbt_budget token_budget_for_tbt(const cost_model& m, const tbt_budget_query& q) {
+  const char* where = "weft::sched::sim::token_budget_for_tbt";
+  expects(q.tbt_target_s > 0.0 && std::isfinite(q.tbt_target_s), errc::invalid_argument, where,
+          "tbt_target_s must be finite and > 0, got ", q.tbt_target_s);
+  expects(q.decodes >= 0 && q.decodes <= max_request_tokens && q.mean_context >= 0.0 &&
+              q.mean_context <= max_request_tokens && q.prompt_tokens >= 0.0 && q.prompt_tokens <= max_request_tokens,
+          errc::invalid_argument, where,
+          "decodes, mean_context and prompt_tokens must be in [0, max_request_tokens], got ", q.decodes, ", ",
+          q.mean_context, " and ", q.prompt_tokens);
+  expects(q.headroom >= 0.0 && q.headroom < 1.0 && q.block_tokens >= 1 && q.block_tokens <= 1 << 20,
+          errc::invalid_argument, where, "headroom must be in [0, 1) and block_tokens in [1, 2^20]");
+  tbt_budget out;
+  out.kv_capacity_tokens = m.kv_blocks(q.block_tokens) * q.block_tokens;
+  const auto blocks_of = [&](double tokens) { return std::ceil(tokens / static_cast<double>(q.block_tokens)); };
+  const double per_decode = blocks_of(q.mean_context + 1.0) * static_cast<double>(q.block_tokens);
+  const double chunk_kv = blocks_of(q.prompt_tokens) * static_cast<double>(q.block_tokens);
+  const double capacity = static_cast<double>(out.kv_capacity_tokens);
+  out.decodes = q.decodes;
+  out.feasible = true;
+  if (static_cast<double>(q.decodes) * per_decode + chunk_kv > capacity) {
+    out.decodes = static_cast<std::int64_t>(std::max(0.0, std::floor((capacity - chunk_kv) / per_decode)));
+    out.feasible = false;
+    out.reason = weft::detail::concat("the KV cache holds ", out.kv_capacity_tokens, " tokens: ", q.decodes,
+                                      " decodes over ", q.mean_context, "-token contexts (plus a ", q.prompt_tokens,
+                                      "-token prompt) need more; at most ", out.decodes, " fit");
+  }
+  const double d = static_cast<double>(out.decodes), ctx = q.mean_context;
+  const double target = q.tbt_target_s * (1.0 - q.headroom);
+  const auto time_at = [&](std::int64_t budget) {
+    const double p = static_cast<double>(budget) - d;  // prefill chunk tokens
+    const double prompt = std::max(q.prompt_tokens, p);
+    iteration_shape s;
+    s.tokens = static_cast<double>(budget);
+    s.attention_pairs = d * ctx + p * (prompt - (p - 1.0) / 2.0);
+    s.kv_read_tokens = d * ctx + (p > 0 ? prompt : 0.0);
+    s.requests = d + (p > 0 ? 1.0 : 0.0);
+    return m.iteration_s(s);
+  };
+  std::int64_t lo = std::max<std::int64_t>(out.decodes, 1);
+  out.token_budget = lo;
+  out.iteration_s = time_at(lo);
+  if (out.iteration_s > target) {
+    out.feasible = false;
+    out.reason = weft::detail::concat(out.reason, out.reason.empty() ? "" : "; ", out.decodes, " decodes alone take ",
+                                      out.iteration_s, " s, more than the target ", target, " s (", q.tbt_target_s,
+                                      " s less ", q.headroom * 100, "% headroom)");
+    return out;
+  }
+  // The chunk may use the KV the decodes leave (beyond the prompt it is priced in).
+  const std::int64_t kv_limit =
+      std::max<std::int64_t>(lo, out.decodes + static_cast<std::int64_t>(std::max(0.0, capacity - d * per_decode)));
+  std::int64_t hi = std::min<std::int64_t>(kv_limit, max_request_tokens);
+  if (time_at(hi) <= target) {
+    lo = hi;
+  } else {
+    while (hi - lo > 1) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      (time_at(mid) <= target ? lo : hi) = mid;
+    }
+  }
+  out.token_budget = lo;
+  out.iteration_s = time_at(lo);
+  return out;
+}
+
+/// The budget for `decodes` decodes over `mean_context`-token contexts, the chunk priced at the end
+/// of a prompt of mean_context tokens (see the query form, which also says whether the target can be
+/// met). Returns at least max(decodes, 1). O(log budget). Thread-safe.
 inline std::int64_t token_budget_for_tbt(const cost_model& m, double tbt_target_s, std::int64_t decodes,
                                          double mean_context) {
-  expects(tbt_target_s > 0.0 && std::isfinite(tbt_target_s), errc::invalid_argument,
-          "weft::sched::sim::token_budget_for_tbt", "tbt_target_s must be finite and > 0, got ", tbt_target_s);
-  expects(decodes >= 0 && mean_context >= 0.0, errc::invalid_argument, "weft::sched::sim::token_budget_for_tbt",
-          "decodes and mean_context must be >= 0, got ", decodes, " and ", mean_context);
-  auto time_at = [&](std::int64_t budget) {
-    const double d = static_cast<double>(decodes);
-    const double p = static_cast<double>(budget - decodes);
-    // Prefill tokens as one chunk at the start of a prompt (the cheapest attention: a lower bound).
-    return m.iteration_s(static_cast<double>(budget), d * mean_context + p * (p + 1.0) / 2.0, d * mean_context + p);
-  };
-  std::int64_t lo = std::max<std::int64_t>(decodes, 1), hi = std::max<std::int64_t>(lo, 1) * 2;
-  if (time_at(lo) > tbt_target_s) return lo;
-  while (time_at(hi) <= tbt_target_s && hi < (std::int64_t{1} << 24)) hi *= 2;
-  while (hi - lo > 1) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    (time_at(mid) <= tbt_target_s ? lo : hi) = mid;
-  }
-  return lo;
+  tbt_budget_query q;
+  q.tbt_target_s = tbt_target_s;
+  q.decodes = decodes;
+  q.mean_context = mean_context;
+  q.prompt_tokens = mean_context;
+  return std::max(token_budget_for_tbt(m, q).token_budget, std::max<std::int64_t>(decodes, 1));
 }
 
 }  // namespace weft::sched::sim

@@ -26,12 +26,15 @@ struct request_record {
   double first_token_s = -1.0;  ///< -1: never
   double finish_s = -1.0;       ///< -1: never finished
   double max_tbt_s = 0.0;
-  bool rejected = false;  ///< the scheduler could never run it
-  bool aborted = false;   ///< ended by the scheduler (KV too small)
+  bool rejected = false;            ///< the scheduler could never run it
+  bool aborted = false;             ///< ended by the scheduler (KV too small)
+  double first_scheduled_s = -1.0;  ///< start of the first iteration that ran it (-1: never)
 
   bool finished() const noexcept { return finish_s >= 0.0 && !aborted; }
   double ttft_s() const noexcept { return first_token_s - arrival_s; }
   double e2e_s() const noexcept { return finish_s - arrival_s; }
+  /// Time from arrival to the start of its first iteration (Sarathi-Serve's scheduling delay).
+  double scheduling_delay_s() const noexcept { return first_scheduled_s - arrival_s; }
   /// Mean time per output token after the first (0 for one-token answers).
   double tpot_s() const noexcept {
     return output_tokens > 1 ? (finish_s - first_token_s) / static_cast<double>(output_tokens - 1) : 0.0;
@@ -61,6 +64,11 @@ struct summary {
   double jain_index = 1.0;  ///< mean over windows of Jain's index of backlogged clients' window service
   std::uint64_t preemptions = 0, swaps = 0, iterations = 0;
   double mean_batch_tokens = 0.0;
+  /// Scheduling delay (arrival to first iteration) over every request not rejected; one never
+  /// scheduled counts as waiting until the end of the run.
+  double sched_delay_p50 = 0.0, sched_delay_p99 = 0.0;
+  std::size_t never_scheduled = 0;  ///< requests still waiting for their first iteration at the end
+  double tbt_over_slo = 0.0;        ///< share of inter-token gaps above sim_options::tbt_slo_s (when set)
 };
 
 /// Writes the summary as one CSV row (with header when header is true). Thread-safe on distinct streams.
@@ -68,24 +76,26 @@ inline void write_summary_csv(std::ostream& out, const std::string& label, const
   if (header)
     out << "policy,requests,finished,rejected,aborted,makespan_s,ttft_p50,ttft_p90,ttft_p99,tpot_p50,tpot_p90,"
            "tpot_p99,tbt_p50,tbt_p90,tbt_p99,e2e_p50,e2e_p90,e2e_p99,throughput_tok_s,requests_per_s,goodput_req_s,"
-           "slo_attainment,max_service_gap,jain_index,preemptions,swaps,iterations,mean_batch_tokens\n";
+           "slo_attainment,max_service_gap,jain_index,preemptions,swaps,iterations,mean_batch_tokens,sched_delay_p50,"
+           "sched_delay_p99,never_scheduled,tbt_over_slo\n";
   out << label << ',' << s.requests << ',' << s.finished << ',' << s.rejected << ',' << s.aborted << ',' << s.makespan_s
       << ',' << s.ttft_p50 << ',' << s.ttft_p90 << ',' << s.ttft_p99 << ',' << s.tpot_p50 << ',' << s.tpot_p90 << ','
       << s.tpot_p99 << ',' << s.tbt_p50 << ',' << s.tbt_p90 << ',' << s.tbt_p99 << ',' << s.e2e_p50 << ',' << s.e2e_p90
       << ',' << s.e2e_p99 << ',' << s.throughput_tok_s << ',' << s.requests_per_s << ',' << s.goodput_req_s << ','
       << s.slo_attainment << ',' << s.max_service_gap << ',' << s.jain_index << ',' << s.preemptions << ',' << s.swaps
-      << ',' << s.iterations << ',' << s.mean_batch_tokens << '\n';
+      << ',' << s.iterations << ',' << s.mean_batch_tokens << ',' << s.sched_delay_p50 << ',' << s.sched_delay_p99
+      << ',' << s.never_scheduled << ',' << s.tbt_over_slo << '\n';
 }
 
 /// Writes one row per request.
 inline void write_records_csv(std::ostream& out, const std::vector<request_record>& records) {
   out << "id,client,prompt_tokens,output_tokens,arrival_s,first_token_s,finish_s,ttft_s,tpot_s,e2e_s,max_tbt_s,"
-         "rejected,aborted\n";
+         "rejected,aborted,first_scheduled_s\n";
   for (const auto& r : records)
     out << r.id << ',' << r.client << ',' << r.prompt_tokens << ',' << r.output_tokens << ',' << r.arrival_s << ','
         << r.first_token_s << ',' << r.finish_s << ',' << (r.finished() ? r.ttft_s() : -1.0) << ','
         << (r.finished() ? r.tpot_s() : -1.0) << ',' << (r.finished() ? r.e2e_s() : -1.0) << ',' << r.max_tbt_s << ','
-        << r.rejected << ',' << r.aborted << '\n';
+        << r.rejected << ',' << r.aborted << ',' << r.first_scheduled_s << '\n';
 }
 
 /// Writes the service timeline: time_s, then one column per client.

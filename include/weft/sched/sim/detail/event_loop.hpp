@@ -1,0 +1,270 @@
+// The one simulation driver: a discrete-event loop over one or more instances (each a batch
+// scheduler), shared by sim::simulate (one instance), sim::simulate_colocated (with Llumnix-style
+// migration) and sim::simulate_disaggregated (DistServe's prefill and decode pools). Events, in this
+// order at equal times: batches ending (instance order), KV arriving, requests arriving, migration,
+// idle instances starting batches. Deterministic.
+#pragma once
+
+#include <weft/core/random.hpp>
+#include <weft/sched/concepts.hpp>
+#include <weft/sched/sim/cost_model.hpp>
+#include <weft/sched/sim/detail/accounting.hpp>
+
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <tuple>
+#include <vector>
+
+namespace weft::sched::sim {
+
+/// How instances are arranged.
+struct cluster_options {
+  std::size_t prefill_instances = 1;  ///< disaggregated: instances that only prefill
+  std::size_t decode_instances = 1;   ///< disaggregated: instances that only decode
+  std::size_t instances = 2;          ///< colocated: instances that do both
+  /// Colocated: every interval, if the most and least loaded instances' free KV blocks differ by more
+  /// than imbalance_blocks, one decoding request migrates from the former to the latter (0: never).
+  double migration_interval_s = 0.0;
+  std::int64_t imbalance_blocks = 512;
+};
+
+/// A cluster run: the requests' results plus the traffic between instances.
+struct cluster_result {
+  sim_result result;
+  std::uint64_t kv_transfers = 0;  ///< prefill -> decode hand-overs
+  double kv_transfer_s = 0.0;      ///< their total time on the interconnect
+  std::uint64_t migrations = 0;
+  double migration_s = 0.0;  ///< total migration downtime charged
+};
+
+namespace detail {
+
+/// The seam between the driver and an instance's KV manager: the one thing routing and migration
+/// read from it. A scheduler type used in a cluster provides kv().free_blocks().
+template <class S>
+concept reports_free_kv = requires(const S& s) {
+  { s.kv().free_blocks() } -> std::convertible_to<std::int64_t>;
+};
+template <class S>
+std::int64_t free_kv_blocks(const S& s) {
+  if constexpr (reports_free_kv<S>)
+    return s.kv().free_blocks();
+  else
+    return 0;  // one instance never routes by KV
+}
+
+enum class instance_role { both, prefill, decode };
+
+struct kv_arrival {
+  double time;
+  std::uint64_t seq;
+  std::size_t request;  // workload index
+  std::size_t node;
+  friend bool operator>(const kv_arrival& a, const kv_arrival& b) {
+    return std::tie(a.time, a.seq) > std::tie(b.time, b.seq);
+  }
+};
+
+// One run over instances (the schedulers are the caller's; they must start idle).
+template <batch_scheduler S>
+class event_loop {
+ public:
+  event_loop(std::vector<S*> nodes, std::vector<instance_role> roles, const workload& w, const cost_model& m,
+             const sim_options& o, const cluster_options& c, const char* where)
+      : w_(w), m_(m), o_(o), c_(c), where_(where), acc_(w, o, where), noise_(o.seed), roles_(std::move(roles)) {
+    expects(c.migration_interval_s >= 0.0 && std::isfinite(c.migration_interval_s) && c.imbalance_blocks >= 0,
+            errc::invalid_argument, where, "migration_interval_s must be finite and >= 0, imbalance_blocks >= 0");
+    for (S* s : nodes) {
+      expects(s != nullptr && s->idle(), errc::precondition, where, "every scheduler must exist and start idle");
+      nodes_.push_back({s});
+    }
+    if (c.migration_interval_s > 0.0) {
+      expects(
+          requires(S & s) { s.migrate_out(); }, errc::invalid_argument, where,
+          "migration needs a scheduler with migrate_out()");
+      next_migration_ = c.migration_interval_s;
+    }
+  }
+
+  cluster_result run() {
+    for (;;) {
+      const double t = next_event();
+      if (t == inf) {
+        for (const auto& n : nodes_)
+          expects(n.s->idle(), errc::precondition, where_, "scheduler holds ", n.s->waiting(), " waiting and ",
+                  n.s->running(), " running requests but scheduled nothing, and no event is left");
+        break;
+      }
+      now_ = std::max(now_, t);
+      if (now_ >= o_.max_time_s) break;
+      end_batches();
+      deliver_kv();
+      admit_arrivals();
+      migrate();
+      start_batches();
+      acc_.close_windows(now_);
+    }
+    out_.result = acc_.finish(now_);
+    return std::move(out_);
+  }
+
+ private:
+  struct node {
+    S* s;
+    bool busy = false;
+    const batch* running = nullptr;  // the batch in flight (valid until the next schedule)
+    double start = 0.0, until = 0.0;
+    std::int64_t queued_prompt = 0;  // router load signal
+    bool stalled = false;            // holds work, scheduled nothing: waits for another event
+  };
+  static constexpr double inf = std::numeric_limits<double>::infinity();
+
+  double next_event() const {
+    double t = next_ < w_.size() ? w_[next_].req.arrival_s : inf;
+    if (!kv_.empty()) t = std::min(t, kv_.top().time);
+    for (const auto& n : nodes_) {
+      if (n.busy) t = std::min(t, n.until);
+      if (!n.busy && !n.s->idle() && !n.stalled) t = std::min(t, now_);  // ready to run now
+    }
+    return t;
+  }
+
+  // Batches that end now, in instance order: account each entry, complete, hand prefilled requests over.
+  void end_batches() {
+    for (std::size_t j = 0; j < nodes_.size(); ++j) {
+      node& n = nodes_[j];
+      if (!n.busy || n.until > now_) continue;
+      n.busy = false;
+      finished_.clear();
+      const batch& b = *n.running;
+      for (request_id id : b.aborted) acc_.aborted(id, now_);
+      for (const auto& e : b.entries) {
+        const auto r = acc_.entry(e, n.start, now_);
+        n.queued_prompt -= r.prompt_tokens;
+        if (!r.emitted) continue;
+        if (r.last) {
+          finished_.push_back(e.id);
+        } else if (roles_[j] == instance_role::prefill) {
+          finished_.push_back(e.id);  // this instance is done with it: its KV moves to a decode instance
+          hand_over(acc_.index_of(e.id));
+        }
+      }
+      n.s->complete(finished_);
+      for (auto& other : nodes_) other.stalled = false;  // KV was freed: others may fit now
+    }
+  }
+
+  void hand_over(std::size_t i) {
+    const double dt = m_.kv_network_s(w_[i].req.prompt_tokens);
+    out_.kv_transfer_s += dt;
+    ++out_.kv_transfers;
+    std::size_t best = nodes_.size();
+    for (std::size_t j = 0; j < nodes_.size(); ++j)
+      if (roles_[j] == instance_role::decode &&
+          (best == nodes_.size() || free_kv_blocks(*nodes_[j].s) > free_kv_blocks(*nodes_[best].s)))
+        best = j;
+    kv_.push({now_ + dt, seq_++, i, best});
+  }
+
+  // KV that arrives now: the request joins its instance with the KV ready (prompt plus the tokens
+  // produced, but the last one, which the next step computes).
+  void deliver_kv() {
+    while (!kv_.empty() && kv_.top().time <= now_) {
+      const kv_arrival ev = kv_.top();
+      kv_.pop();
+      request r = w_[ev.request].req;
+      r.prompt_tokens = w_[ev.request].req.prompt_tokens + acc_.record(ev.request).output_tokens - 1;
+      r.kv_ready_tokens = r.prompt_tokens;
+      r.prefix_id = 0;
+      r.prefix_tokens = 0;
+      expects(nodes_[ev.node].s->submit(r, now_), errc::capacity, where_, "request ", r.id, " does not fit instance ",
+              ev.node, "'s KV cache");
+      nodes_[ev.node].stalled = false;
+    }
+  }
+
+  // Arrivals go to the instance (of those that prefill) with the fewest queued prompt tokens.
+  void admit_arrivals() {
+    while (next_ < w_.size() && w_[next_].req.arrival_s <= now_) {
+      std::size_t best = nodes_.size();
+      for (std::size_t j = 0; j < nodes_.size(); ++j)
+        if (roles_[j] != instance_role::decode &&
+            (best == nodes_.size() || nodes_[j].queued_prompt < nodes_[best].queued_prompt))
+          best = j;
+      const bool ok = nodes_[best].s->submit(w_[next_].req, now_);
+      if (ok) nodes_[best].queued_prompt += w_[next_].req.prompt_tokens;
+      nodes_[best].stalled = false;
+      acc_.submitted(next_, ok);
+      ++next_;
+    }
+  }
+
+  // Llumnix: at the first event after each interval, one decoding request moves from the fullest to
+  // the emptiest instance. The copy is charged as downtime (Llumnix overlaps it with decoding: an
+  // upper bound).
+  void migrate() {
+    if (now_ < next_migration_) return;
+    next_migration_ = now_ + c_.migration_interval_s;
+    if constexpr (requires(S & s) { s.migrate_out(); }) {
+      std::size_t lo = 0, hi = 0;
+      for (std::size_t j = 1; j < nodes_.size(); ++j) {
+        if (free_kv_blocks(*nodes_[j].s) < free_kv_blocks(*nodes_[lo].s)) lo = j;
+        if (free_kv_blocks(*nodes_[j].s) > free_kv_blocks(*nodes_[hi].s)) hi = j;
+      }
+      if (lo == hi || nodes_[lo].busy ||
+          free_kv_blocks(*nodes_[hi].s) - free_kv_blocks(*nodes_[lo].s) <= c_.imbalance_blocks)
+        return;
+      if (auto mv = nodes_[lo].s->migrate_out()) {
+        const double dt = m_.kv_network_s(mv->context_tokens);
+        out_.migration_s += dt;
+        ++out_.migrations;
+        kv_.push({now_ + dt, seq_++, acc_.index_of(mv->req.id), hi});
+        nodes_[lo].stalled = false;
+      }
+    }
+  }
+
+  // Idle instances with work start their next batch: cost model time (plus swaps, times noise).
+  void start_batches() {
+    for (auto& n : nodes_) {
+      if (n.busy || n.stalled || n.s->idle()) continue;
+      const batch& b = n.s->schedule(now_);
+      if (b.empty() && b.aborted.empty()) {  // waits for KV, a hand-over or an arrival
+        n.stalled = true;
+        acc_.idle_with_work();
+        continue;
+      }
+      double dt = m_.iteration_s(b);
+      for (const auto& t : b.swapped_out) dt += m_.transfer_s(t);
+      for (const auto& t : b.swapped_in) dt += m_.transfer_s(t);
+      if (o_.time_noise_cv > 0.0) dt *= noise_.lognormal(1.0, o_.time_noise_cv);
+      n.busy = true;
+      n.running = &b;
+      n.start = now_;
+      n.until = now_ + dt;
+      acc_.iteration(b);
+    }
+  }
+
+  const workload& w_;
+  const cost_model& m_;
+  const sim_options& o_;
+  const cluster_options& c_;
+  const char* where_;
+  accounting acc_;
+  weft::rng noise_;
+  std::vector<node> nodes_;
+  std::vector<instance_role> roles_;
+  std::priority_queue<kv_arrival, std::vector<kv_arrival>, std::greater<>> kv_;
+  std::vector<request_id> finished_;
+  cluster_result out_;
+  double now_ = 0.0, next_migration_ = inf;
+  std::size_t next_ = 0;
+  std::uint64_t seq_ = 0;
+};
+
+}  // namespace detail
+}  // namespace weft::sched::sim

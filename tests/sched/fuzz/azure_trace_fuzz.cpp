@@ -1,0 +1,26 @@
+// libFuzzer harness: sched::sim::read_azure_csv over arbitrary bytes, at time scales 1 and 10. A
+// weft::error is the expected outcome for malformed input; a crash, a sanitizer report, another
+// exception type or a workload breaking its invariants (trace_fuzz_common.hpp) is a finding.
+#include "trace_fuzz_common.hpp"
+
+#include <weft/sched/sim/trace_readers.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  for (double scale : {1.0, 10.0}) {
+    std::istringstream in(text);
+    weft::sched::sim::trace_options o;
+    o.time_scale = scale;
+    o.max_rows = 2000;
+    try {
+      check_workload(weft::sched::sim::read_azure_csv(in, o, "fuzz"));
+    } catch (const weft::error&) {
+    }
+  }
+  return 0;
+}
