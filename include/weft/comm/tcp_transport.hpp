@@ -13,6 +13,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +32,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -110,20 +113,57 @@ class tcp_link {
     weft::detail::raise(errc::peer_failure, "weft::comm::tcp_transport", "recv from peer ", peer, " (connection ", conn,
                         ") failed: ", std::strerror(errno));
   }
-  void commit_reads(int, int) {}                    // recv(2) hands the room back itself
-  std::uint64_t prepare_wait() const { return 0; }  // the kernel keeps socket readiness: nothing to arm
-  /// Sleeps in poll(2) until some socket is readable (or `write_peer`'s writable) or `until`.
-  void wait(std::uint64_t, deadline until, int write_peer) {
+  void commit_reads(int, int) {}  // recv(2) hands the room back itself
+
+  // Waking: the kernel keeps socket readiness, but another thread of this rank may take the bytes
+  // a sleeper waits for (and complete its receive), or free a write lock it needs. So each
+  // sleeping thread also polls its own eventfd, which poke() signals. Dekker with poke(): a
+  // sleeper is listed before the engine looks at everything once more, and poke() looks at the
+  // list after its change (a fence), so either the sleeper sees the change or poke() sees it.
+
+  /// Lists this thread's eventfd among the sleepers; returns it plus one (0: none could be made).
+  std::uint64_t prepare_wait() {
+    const int efd = thread_wakeup_fd();
+    if (efd >= 0) {
+      std::lock_guard lock(sleepers_mutex_);
+      sleeping_.push_back(efd);
+    }
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    return static_cast<std::uint64_t>(efd + 1);
+  }
+  /// Sleeps in poll(2) until some socket is readable (or `write_peer`'s writable), poke() is
+  /// called, or `until` (at most 50 ms at a time: a safety net, not the wake-up).
+  void wait(std::uint64_t token, deadline until, int write_peer) {
+    const int efd = static_cast<int>(token) - 1;
     thread_local std::vector<pollfd> pfds;
     pfds.clear();
     for (int q = 0; q < size_; ++q)
       for (int k = 0; k < conns_; ++k)
         if (q != rank_) pfds.push_back({fd(q, k), static_cast<short>(POLLIN | (q == write_peer ? POLLOUT : 0)), 0});
+    if (efd >= 0) pfds.push_back({efd, POLLIN, 0});
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - clock_type::now()).count();
-    if (left <= 0) return;
-    ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<long long>((left + 999) / 1000, 50)));
+    if (left > 0)  // without an eventfd, nothing wakes this thread for the others: poll each ms
+      ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<long long>((left + 999) / 1000, efd >= 0 ? 50 : 1)));
+    if (efd >= 0) {
+      std::uint64_t count = 0;
+      if (::read(efd, &count, sizeof count) < 0) {
+      }  // EAGAIN: nobody poked (a poke after this read only makes the next wait return early)
+      std::lock_guard lock(sleepers_mutex_);
+      const auto it = std::find(sleeping_.begin(), sleeping_.end(), efd);
+      if (it != sleeping_.end()) sleeping_.erase(it);
+    }
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   }
-  void poke() {}  // waiters poll with a short timeout while another thread holds a write lock
+  /// Wakes this rank's threads asleep in wait(). Nobody asleep (the common case): a fence and a load.
+  void poke() {
+    full_fence();
+    if (sleepers_.load(std::memory_order_relaxed) == 0) return;
+    const std::uint64_t one = 1;
+    std::lock_guard lock(sleepers_mutex_);
+    for (int efd : sleeping_)
+      if (::write(efd, &one, sizeof one) < 0) {
+      }  // EAGAIN: the counter is full, so that sleeper wakes anyway
+  }
   void check_alive(int) {}  // a dead peer's socket reports EOF or a reset by itself
   // No single-copy path between hosts: every payload travels through the socket.
   std::size_t remote_min() const { return SIZE_MAX; }
@@ -136,11 +176,34 @@ class tcp_link {
   void on_abort(const std::string&) {
     for (int f : fds_)
       if (f >= 0) ::shutdown(f, SHUT_RDWR);
+    poke();
   }
 
  private:
+  // This thread's eventfd (non-blocking), made on first use and again in a forked child (which
+  // must not share its parent's counter); closed when the thread ends.
+  static int thread_wakeup_fd() {
+    struct holder {
+      int fd = -1;
+      pid_t pid = 0;
+      ~holder() {
+        if (fd >= 0) ::close(fd);
+      }
+    };
+    thread_local holder h;
+    const pid_t pid = ::getpid();
+    if (h.fd >= 0 && h.pid == pid) return h.fd;
+    if (h.fd >= 0) ::close(h.fd);  // the parent's, inherited through fork(2)
+    h.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    h.pid = pid;
+    return h.fd;
+  }
+
   int rank_, size_, conns_;
   std::vector<int> fds_;
+  std::atomic<int> sleepers_{0};
+  std::mutex sleepers_mutex_;  // guards sleeping_ (a leaf lock)
+  std::vector<int> sleeping_;  // eventfds of the threads in wait()
 };
 
 }  // namespace detail

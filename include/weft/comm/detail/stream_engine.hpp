@@ -154,8 +154,10 @@ class small_array {
 ///    buffer (tcp: one recv(2) takes a header and a small payload together);
 ///  - prepare_wait() then wait(token, until, write_peer): the engine arms the wake-up, tries
 ///    everything once more, then waits (returning at once when until has passed) until a peer may
-///    have made progress possible (or until); every prepare_wait is followed by one wait. poke()
-///    wakes this rank's own waiters; check_alive(peer) throws when the peer's process is gone;
+///    have made progress possible (or until) or poke() is called; every prepare_wait is followed by
+///    one wait. poke() wakes this rank's own waiters that armed before it (the engine pokes after
+///    freeing a write lock and after a pump that finished a request, whose owner may be another
+///    thread asleep); check_alive(peer) throws when the peer's process is gone;
 ///  - the single-copy hooks: remote_min() (pieces at least this big are read by the receiver from
 ///    the sender's memory; SIZE_MAX: never), remote_read(peer, addr, dst, n), remote_ack(peer),
 ///    remote_post(peer) and remote_acked(peer) (counts of such pieces posted to / read by peer);
@@ -455,6 +457,10 @@ class stream_engine {
     std::unordered_map<std::uint32_t, std::deque<frame>> unexpected;
     std::uint64_t unexpected_bytes = 0, unexpected_frames = 0;
     std::vector<frame_buffer> spare;  // buffers of frames already taken, for the next ones
+    // Requests of this stream completed or failed so far. The thread that pumps is often not the
+    // one that owns the request, and that owner may be asleep in the link's wait (its wake-up,
+    // the peer's bytes, was taken by the pumping thread): a pump that finished one pokes.
+    std::uint64_t finished = 0;
     bool closed = false;
     fault close_why;
   };
@@ -496,6 +502,7 @@ class stream_engine {
       r->posted.store(false, std::memory_order_relaxed);
       fail(*r, f);
     }
+    rx.finished += rx.posted.size() + (rx.cur ? 1 : 0);
     rx.posted.clear();
     if (rx.cur) fail(*rx.cur, f);
     rx.cur = nullptr;
@@ -758,6 +765,7 @@ class stream_engine {
     if (rx.cur) {
       rx.cur->done.store(true, std::memory_order_release);
       rx.cur = nullptr;
+      ++rx.finished;
     } else if (rx.cur_frame) {
       rx.cur_frame->complete = true;
       rx.cur_frame = nullptr;
@@ -768,14 +776,17 @@ class stream_engine {
   // when the stream failed, so the caller looks at its requests).
   std::size_t pump(rx_state& rx, int peer, int conn) {
     std::size_t progressed = 0;
-    struct commit_guard {  // hand the consumed room back once, on every way out
+    struct commit_guard {  // on every way out: hand the consumed room back once, wake owners once
       Link& link;
       int peer, conn;
       std::size_t& progressed;
+      const std::uint64_t& finished;
+      std::uint64_t finished_before;
       ~commit_guard() {
         if (progressed > 0) link.commit_reads(peer, conn);
+        if (finished != finished_before) link.poke();  // a request's owner may sleep in wait()
       }
-    } commit{link_, peer, conn, progressed};
+    } commit{link_, peer, conn, progressed, rx.finished, rx.finished};
     try {
       while (!rx.closed) {
         if (rx.phase == rx_phase::header) {
@@ -808,7 +819,10 @@ class stream_engine {
               f.code = errc::peer_failure;
               f.blamed = peer;
               f.detail = e.what();
-              if (rx.cur) fail(*rx.cur, f);
+              if (rx.cur) {
+                fail(*rx.cur, f);
+                ++rx.finished;
+              }
               rx.cur = nullptr;
               if (rx.cur_frame) rx.cur_frame->failed = true;
             }
@@ -906,10 +920,9 @@ class stream_engine {
     r.posted.store(true, std::memory_order_relaxed);
   }
 
-  // Removes r from its stream if it is still referenced there (on the way out with an error).
-  void detach(request& r) {
-    auto& rx = *rx_[index(r.peer, r.conn)];
-    std::lock_guard lock(rx.m);
+  // Removes r from its stream if it is still referenced there; rx.m must be held. Afterwards no
+  // other thread can complete r. Returns true when part of r's piece had arrived (it is cut off).
+  bool detach_locked(rx_state& rx, request& r) {
     if (r.posted.load(std::memory_order_relaxed)) {
       rx.posted.erase(std::remove(rx.posted.begin(), rx.posted.end(), &r), rx.posted.end());
       r.posted.store(false, std::memory_order_relaxed);
@@ -917,7 +930,26 @@ class stream_engine {
     if (rx.cur == &r) {  // the rest of this piece goes nowhere
       rx.target = nullptr;
       rx.cur = nullptr;
+      return true;
     }
+    return false;
+  }
+  // On the way out with an error.
+  void detach(request& r) {
+    auto& rx = *rx_[index(r.peer, r.conn)];
+    std::lock_guard lock(rx.m);
+    detach_locked(rx, r);
+  }
+  // At the deadline, for a request not seen done: under its stream's lock (so a thread that is
+  // pumping the stream finishes first), takes a frame that completed meanwhile for a deferred
+  // request, then takes r off the stream. r is done afterwards exactly when its message arrived
+  // whole: a completion that races the deadline wins, and nothing delivered is thrown away.
+  // Returns true when r's piece had partly arrived and is now cut off.
+  bool settle_at_deadline(request& r) {
+    auto& rx = *rx_[index(r.peer, r.conn)];
+    std::lock_guard lock(rx.m);
+    if (r.deferred && !r.is_done()) post(rx, r);
+    return !r.is_done() && detach_locked(rx, r);
   }
 
   // ---- abort, status and blame ----------------------------------------------------------------
@@ -1204,6 +1236,7 @@ class stream_engine {
 
     std::optional<fault> failure;  // raised once the write locks are released
     int waiting_on = -1;
+    bool cut_off = false;  // a receive's piece had partly arrived at the deadline
     {
       std::size_t locked = 0;
       bool sent_all = !sending, send_done = !sending, recv_done = nreq == 0;
@@ -1305,6 +1338,20 @@ class stream_engine {
         if (failed_.load(std::memory_order_acquire)) break;
         const auto now = clock_type::now();
         if (now >= until) {
+          // Another thread may be completing a receive of ours at this very moment: settle each
+          // open one under its stream's lock and look again before calling it a timeout.
+          recv_done = true;
+          for (auto& r : reqs) {
+            if (!r.is_done()) cut_off = settle_at_deadline(r) || cut_off;
+            if (!r.is_done()) {
+              recv_done = false;
+            } else if (r.failed.load(std::memory_order_relaxed) && !failure) {
+              failure = *r.why;
+            }
+          }
+          waiting_on = !recv_done ? src : (!send_done ? dst : -1);
+          if (failure) break;
+          if (send_done && recv_done) return;
           std::size_t sent = 0, got = 0;
           for (auto& po : pieces)
             sent += po.remote ? (po.seq != 0 && link_.remote_acked(dst) >= po.seq ? po.len : 0)
@@ -1375,9 +1422,11 @@ class stream_engine {
     if (failure && failure->code == errc::timeout && rseq == 0 && sseq == 0) {
       // A point-to-point call outside any collective that timed out before a byte of it moved
       // leaves every stream as it was: a plain timeout (callers poll this way), no abort.
-      bool moved = false;
+      // (Receives were settled at the deadline: none is still posted; a frame that was arriving
+      // for a deferred one stays queued for the next receive on its channel.)
+      bool moved = cut_off;
       for (auto& po : pieces) moved = moved || po.off > 0;
-      for (auto& r : reqs) moved = moved || r.is_done() || !r.posted.load(std::memory_order_relaxed);
+      for (auto& r : reqs) moved = moved || r.is_done();
       if (!moved) {
         failure_info info;
         info.rank = rank_;
