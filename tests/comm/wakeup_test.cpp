@@ -58,6 +58,7 @@ struct threaded_link {
       cv.wait(lock, [&] { return released; });
     }
     const std::size_t k = std::min({n, in.size() - at, max_read});
+    if (k == 0) return 0;
     std::memcpy(dst, in.data() + at, k);
     at += k;
     return k;
