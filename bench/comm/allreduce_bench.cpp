@@ -1,13 +1,16 @@
 // weft allreduce sweep over the tcp and shm transports (forked ranks on this host), nccl-tests
-// style, plus the transport's ring ceiling: every rank sends `bytes` to its successor while
-// receiving `bytes` from its predecessor, no reduction, same sockets and tuning; that per-rank
-// send rate bounds busbw. Usage: bench_comm_allreduce --transport tcp|shm --ranks N [--min B]
-// [--max B] [--iters I] [--reps R] [--out file.csv] [--algos ring,tree,...]
+// style: every algorithm, the tuner's pick ("automatic", from a table autotune() measured in an
+// earlier invocation), and optionally the transport's streaming reference (every rank sendrecvs the
+// size to its successor while receiving from its predecessor: a reference rate, not a bound).
+// Usage: bench_comm_allreduce --transport tcp|shm --ranks N [--min B] [--max B] [--iters I]
+//        [--reps R] [--round K] [--out file.csv] [--algos ring,tree,...] [--wait MODE]
+//        [--tune-out table.csv | --tune-in table.csv] [--reference 1]
 #include "common.hpp"
 
 #include <weft/comm.hpp>
 
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -21,10 +24,56 @@ namespace {
 
 wc::algorithm parse_algo(const std::string& s) {
   for (auto a : {wc::algorithm::ring, wc::algorithm::tree, wc::algorithm::star, wc::algorithm::halving_doubling,
-                 wc::algorithm::automatic})
+                 wc::algorithm::recursive_doubling, wc::algorithm::automatic})
     if (wc::to_string(a) == s) return a;
   std::fprintf(stderr, "unknown algorithm %s\n", s.c_str());
   std::exit(2);
+}
+
+void write_table(const std::string& path, const wc::tuning_table& t) {
+  std::ofstream out(path);
+  out << t.ranks << '\n';
+  for (const auto& e : t.entries) {
+    out << e.bytes << ',' << wc::to_string(e.best);
+    for (const auto& [a, s] : e.seconds) out << ',' << wc::to_string(a) << '=' << s;
+    out << '\n';
+  }
+}
+
+wc::tuning_table read_table(const std::string& path) {
+  std::ifstream in(path);
+  wc::tuning_table t;
+  std::string line;
+  std::getline(in, line);
+  t.ranks = std::stoi(line);
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string field;
+    wc::tuning_table::entry e;
+    std::getline(ss, field, ',');
+    e.bytes = std::stoull(field);
+    std::getline(ss, field, ',');
+    e.best = parse_algo(field);
+    t.entries.push_back(e);
+  }
+  return t;
+}
+
+template <class Tr>
+double time_batches(Tr& t, const bench::flags& f, int calls, const auto& once) {
+  std::vector<double> batches;
+  for (int rep = 0; rep < f.reps; ++rep) {
+    wc::barrier(t);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) once();
+    batches.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
+  }
+  // Every rank's median, the slowest rank's counts (as for autotune): one number per batch set.
+  std::vector<double> m{bench::median(batches)};
+  wc::options o;
+  o.algo = wc::algorithm::ring;
+  wc::allreduce(t, std::span<double>(m), weft::op::max{}, o);
+  return m[0];
 }
 
 template <class Tr>
@@ -33,38 +82,48 @@ void sweep(Tr& t, const bench::flags& f) {
   std::vector<std::string> algos;
   std::stringstream ss(f.algos);
   for (std::string a; std::getline(ss, a, ',');) algos.push_back(a);
-  std::vector<float> buf(f.max_bytes / sizeof(float));
-  std::vector<std::byte> in(f.max_bytes);  // the ceiling sends from buf's bytes: 2 buffers per rank, not 3
-  for (std::size_t bytes : bench::sizes(f)) {
+  const auto sizes = bench::sizes(f);
+  wc::tuning_table table;
+  if (!f.tune_out.empty()) {
+    std::vector<wc::algorithm> cands;
+    for (const auto& a : algos) cands.push_back(parse_algo(a));
+    table = wc::autotune(t, std::span<const std::size_t>(sizes), f.tune_reps, std::span<const wc::algorithm>(cands));
+    if (r == 0) write_table(f.tune_out, table);
+  } else if (!f.tune_in.empty()) {
+    table = read_table(f.tune_in);
+  }
+  const bool with_auto = !table.entries.empty() && table.ranks == t.size();
+  std::vector<float> buf(f.max_bytes / sizeof(float), 0.0f);
+  std::vector<std::byte> in(f.max_bytes);
+  for (std::size_t bytes : sizes) {
     const std::size_t n = bytes / sizeof(float);
     std::span<float> data(buf.data(), n);
-    for (const auto& name : algos) {
+    const int calls = bench::calls_for(f, bytes);
+    std::vector<std::string> names = algos;
+    if (with_auto) names.push_back("automatic");
+    for (const auto& name : names) {
       wc::options opt;
       opt.algo = parse_algo(name);
-      std::vector<double> batches;
-      wc::allreduce(t, data, weft::op::sum{}, opt);  // warm-up
-      for (int rep = 0; rep < f.reps; ++rep) {
-        wc::barrier(t);
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < f.iters; ++i) wc::allreduce(t, data, weft::op::sum{}, opt);
-        batches.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / f.iters);
-      }
-      if (r == 0) bench::row(f, "weft", f.transport, name, bytes, bench::median(batches));
+      opt.table = &table;
+      if (f.segment > 0) opt.segment_bytes = f.segment;
+      auto once = [&] { wc::allreduce(t, data, weft::op::sum{}, opt); };
+      once();  // warm-up
+      const double s = time_batches(t, f, calls, once);
+      std::string label = name;
+      if (opt.algo == wc::algorithm::automatic)
+        label = "automatic=" + std::string(wc::to_string(wc::resolve_automatic(bytes, t.size(), opt)));
+      if (r == 0) bench::row(f, "weft", f.transport, label, bytes, s);
     }
-    // Ceiling: a ring of plain sendrecv, no reduction.
-    if (t.size() > 1) {
+    if (f.reference && t.size() > 1) {
       const int next = (r + 1) % t.size(), prev = (r + t.size() - 1) % t.size();
-      std::vector<double> batches;
       const auto until = wc::clock_type::now() + std::chrono::minutes(5);
-      for (int rep = 0; rep < f.reps; ++rep) {
-        wc::barrier(t);
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < f.iters; ++i)
-          t.sendrecv(next, std::as_bytes(std::span<const float>(buf.data(), bytes / sizeof(float))), prev,
-                     std::span<std::byte>(in.data(), bytes), wc::msg_tag{77, 0}, until);
-        batches.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / f.iters);
-      }
-      if (r == 0) bench::row(f, "ceiling", f.transport, "ring_sendrecv", bytes, bench::median(batches), false);
+      auto once = [&] {
+        t.sendrecv(next, std::as_bytes(std::span<const float>(buf.data(), n)), prev,
+                   std::span<std::byte>(in.data(), bytes), wc::msg_tag{77, 0}, until);
+      };
+      once();
+      const double s = time_batches(t, f, calls, once);
+      if (r == 0) bench::row(f, "reference", f.transport, "ring_sendrecv", bytes, s, false);
     }
   }
 }
@@ -83,11 +142,19 @@ int main(int argc, char** argv) {
   const auto res = wc::fork_ranks(
       f.ranks,
       [&](int r) {
+        wc::wait_options w;
+        for (auto m : {wc::wait_mode::automatic, wc::wait_mode::spin, wc::wait_mode::yield, wc::wait_mode::block})
+          if (wc::to_string(m) == f.wait) w.mode = m;
         if (f.transport == "shm") {
-          wc::shm_transport t("/weft-bench-" + tag, r, f.ranks);
+          wc::shm_options o;
+          o.waiting = w;
+          wc::shm_transport t("/weft-bench-" + tag, r, f.ranks, o);
           sweep(t, f);
         } else {
           wc::tcp_options o;
+          o.waiting = w;
+          if (f.conns > 0) o.connections = f.conns;
+          if (f.sockbuf > 0) o.send_buffer = o.recv_buffer = f.sockbuf;
           o.bind = "127.0.0.1";
           wc::tcp_transport t(r, f.ranks, wc::tcp_rendezvous::rank0("127.0.0.1", port), o);
           sweep(t, f);

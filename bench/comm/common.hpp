@@ -1,5 +1,7 @@
-// Shared by the comm benchmarks: command-line flags, the size sweep, nccl-tests' bandwidth
-// definitions (algbw = bytes / time, busbw = algbw * 2(n-1)/n for allreduce) and CSV rows.
+// Shared by the comm benchmarks: command-line flags, the size sweep, the number of back-to-back
+// calls per timed batch, nccl-tests' bandwidth definitions (algbw = bytes / time, busbw = algbw *
+// 2(n-1)/n for allreduce) and CSV rows. One invocation is one round: run.sh interleaves rounds of
+// every implementation, and plot.py takes the median and min-max over rounds.
 #pragma once
 
 #include <algorithm>
@@ -12,25 +14,31 @@
 namespace bench {
 
 struct flags {
-  std::string mode = "weft";      // weft | gloo | mpi
   std::string transport = "tcp";  // tcp | shm (weft), label for mpi
   int ranks = 2;
   std::size_t min_bytes = 4096;
   std::size_t max_bytes = std::size_t{64} << 20;
-  int iters = 5;         // allreduces per timed batch
-  int reps = 3;          // batches; the median batch is reported
+  int iters = 3;         // at least this many calls per timed batch (more for small sizes)
+  int reps = 1;          // batches per invocation; the median batch is reported
+  int round = 0;         // label of this round in the CSV
   int factor = 4;        // size step
   std::string out = "";  // CSV file (appended)
-  std::string algos = "ring,tree,halving_doubling,star";
+  std::string algos = "ring,tree,halving_doubling,star,recursive_doubling";
+  std::string wait = "automatic";  // weft's wait mode: automatic | spin | yield | block
+  std::size_t segment = 0;         // weft's options::segment_bytes (0: the default)
+  int conns = 0;                   // weft tcp: connections per peer (0: the default)
+  int sockbuf = 0;                 // weft tcp: SO_SNDBUF and SO_RCVBUF (0: the default)
+  std::string tune_out = "";       // weft: autotune and write the table here (then measure "automatic")
+  std::string tune_in = "";        // weft: read the table from here (and measure "automatic")
+  int tune_reps = 5;               // weft: batches per candidate when tuning
+  bool reference = false;          // weft: also measure the transport's streaming reference
 };
 
 inline flags parse(int argc, char** argv) {
   flags f;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--mode")
-      f.mode = v;
-    else if (k == "--transport")
+    if (k == "--transport")
       f.transport = v;
     else if (k == "--ranks")
       f.ranks = std::atoi(v.c_str());
@@ -42,18 +50,37 @@ inline flags parse(int argc, char** argv) {
       f.iters = std::atoi(v.c_str());
     else if (k == "--reps")
       f.reps = std::atoi(v.c_str());
+    else if (k == "--round")
+      f.round = std::atoi(v.c_str());
     else if (k == "--factor")
       f.factor = std::atoi(v.c_str());
     else if (k == "--out")
       f.out = v;
     else if (k == "--algos")
       f.algos = v;
+    else if (k == "--wait")
+      f.wait = v;
+    else if (k == "--segment")
+      f.segment = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--conns")
+      f.conns = std::atoi(v.c_str());
+    else if (k == "--sockbuf")
+      f.sockbuf = std::atoi(v.c_str());
+    else if (k == "--tune-out")
+      f.tune_out = v;
+    else if (k == "--tune-in")
+      f.tune_in = v;
+    else if (k == "--tune-reps")
+      f.tune_reps = std::atoi(v.c_str());
+    else if (k == "--reference")
+      f.reference = v == "1";
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       std::exit(2);
     }
   }
-  if (f.ranks < 1 || f.min_bytes < 4 || f.max_bytes < f.min_bytes || f.iters < 1 || f.reps < 1 || f.factor < 2) {
+  if (f.ranks < 1 || f.min_bytes < 4 || f.max_bytes < f.min_bytes || f.iters < 1 || f.reps < 1 || f.factor < 2 ||
+      f.tune_reps < 1) {
     std::fprintf(stderr, "bad flags\n");
     std::exit(2);
   }
@@ -66,23 +93,30 @@ inline std::vector<std::size_t> sizes(const flags& f) {
   return s;
 }
 
+/// Calls per timed batch: enough that a batch moves about 4 MiB (small sizes would otherwise be
+/// dominated by the timer and the barrier), at least --iters, at most 4000.
+inline int calls_for(const flags& f, std::size_t bytes) {
+  const std::size_t by_volume = (std::size_t{4} << 20) / std::max<std::size_t>(bytes, 1);
+  return static_cast<int>(std::clamp<std::size_t>(by_volume, static_cast<std::size_t>(f.iters), 4000));
+}
+
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-/// One CSV row: impl,transport,ranks,algorithm,bytes,time_us,algbw_GBps,busbw_GBps
+/// One CSV row: impl,transport,ranks,algorithm,bytes,round,time_us,algbw_GBps,busbw_GBps
 inline void row(const flags& f, const std::string& impl, const std::string& transport, const std::string& algo,
                 std::size_t bytes, double seconds, bool allreduce = true) {
   const double algbw = static_cast<double>(bytes) / seconds / 1e9;
   const double busbw = allreduce ? algbw * 2.0 * (f.ranks - 1) / f.ranks : algbw;
-  std::printf("%-8s %-4s n=%d %-18s %10zu B %12.1f us  algbw %7.3f  busbw %7.3f GB/s\n", impl.c_str(),
+  std::printf("%-8s %-4s n=%d %-22s %10zu B %12.2f us  algbw %7.3f  busbw %7.3f GB/s\n", impl.c_str(),
               transport.c_str(), f.ranks, algo.c_str(), bytes, seconds * 1e6, algbw, busbw);
   std::fflush(stdout);
   if (!f.out.empty()) {
     if (FILE* out = std::fopen(f.out.c_str(), "a")) {
-      std::fprintf(out, "%s,%s,%d,%s,%zu,%.3f,%.4f,%.4f\n", impl.c_str(), transport.c_str(), f.ranks, algo.c_str(),
-                   bytes, seconds * 1e6, algbw, busbw);
+      std::fprintf(out, "%s,%s,%d,%s,%zu,%d,%.3f,%.4f,%.4f\n", impl.c_str(), transport.c_str(), f.ranks, algo.c_str(),
+                   bytes, f.round, seconds * 1e6, algbw, busbw);
       std::fclose(out);
     }
   }

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Runs the allreduce sweep for weft (tcp, shm), Gloo (tcp) and OpenMPI (shm = vader BTL, tcp BTL),
-# for 2 and 4 processes, in one run; writes comm_allreduce.csv, comm_allreduce.png and a ratio
-# summary under <build-dir>/bench-results.
-# Usage: bench/comm/run.sh <build-dir> [--max BYTES] [--min BYTES] [--iters I] [--reps R] [--ranks "2 4"]
+# The allreduce comparison of bench/comm: weft (tcp, shm: every algorithm, the tuner's pick, the
+# tcp streaming reference), Gloo (tcp), OpenMPI (vader shared memory, tcp BTL) and the copy bounds,
+# for each rank count, in interleaved rounds (each round runs every implementation once), so slow
+# spells of a shared machine hit all of them alike; plot.py reports the median and min-max over
+# rounds, the ratios, the tuner's regret and the bound check, and draws the PNG.
+# Round 1 of weft also runs autotune() and saves the table; later rounds load it (the tuner's pick
+# is then measured in batches independent of the ones that chose it).
+# Usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds 5] [--min B] [--max B] [--append]
+# Results: <build-dir>/bench-results/comm_allreduce.{csv,png} and comm_allreduce_summary.txt.
+# On a small shared machine run each rank count under its own quiet slot, e.g.
+#   wquiet bench/comm/run.sh build/release --ranks 2 && wquiet bench/comm/run.sh build/release --ranks 4 --append
 set -euo pipefail
-build=${1:?usage: bench/comm/run.sh <build-dir> [--max B] [--min B] [--iters I] [--reps R] [--ranks "2 4"]}
+build=${1:?usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds R] [--min B] [--max B] [--append]}
 shift
-max=$((64 << 20)); min=4096; iters=3; reps=3; ranks="2 4"
+max=$((64 << 20)); min=1024; rounds=5; ranks="2 4"; append=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --max) max=$2; shift 2 ;;
     --min) min=$2; shift 2 ;;
-    --iters) iters=$2; shift 2 ;;
-    --reps) reps=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
+    --append) append=1; shift ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -21,26 +28,38 @@ bin="$build/bench"
 out="$build/bench-results"
 mkdir -p "$out"
 csv="$out/comm_allreduce.csv"
-echo "impl,transport,ranks,algorithm,bytes,time_us,algbw_GBps,busbw_GBps" > "$csv"
-common=(--min "$min" --max "$max" --iters "$iters" --reps "$reps" --out "$csv")
-echo "# machine: $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+[[ $append == 1 && -f "$csv" ]] || echo "impl,transport,ranks,algorithm,bytes,round,time_us,algbw_GBps,busbw_GBps" > "$csv"
+sweep=(--min "$min" --max "$max" --out "$csv")
+echo "# machine: $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%F %T') UTC" | tee -a "$out/comm_allreduce_runs.txt"
+start=$SECONDS
 for n in $ranks; do
-  "$bin/bench_comm_allreduce" --transport tcp --ranks "$n" "${common[@]}"
-  "$bin/bench_comm_allreduce" --transport shm --ranks "$n" "${common[@]}"
-  if [[ -x "$bin/bench_comm_gloo" ]]; then
-    "$bin/bench_comm_gloo" --ranks "$n" "${common[@]}"
-  else
-    echo "# gloo: not built (libgloo-dev missing)"
-  fi
-  if [[ -x "$bin/bench_comm_mpi" ]] && command -v mpirun > /dev/null; then
-    OMPI_MCA_btl=self,vader mpirun --allow-run-as-root --oversubscribe -n "$n" \
-      "$bin/bench_comm_mpi" --transport shm --ranks "$n" "${common[@]}"
-    OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo mpirun --allow-run-as-root --oversubscribe -n "$n" \
-      "$bin/bench_comm_mpi" --transport tcp --ranks "$n" "${common[@]}"
-  else
-    echo "# openmpi: not built or mpirun missing"
-  fi
+  "$bin/bench_comm_bounds" --ranks "$n" "${sweep[@]}" > /dev/null
 done
-echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+for ((r = 1; r <= rounds; ++r)); do
+  for n in $ranks; do
+    for tr in tcp shm; do
+      table="$out/comm_tuning_${tr}_${n}.csv"
+      if [[ $r == 1 ]]; then tune=(--tune-out "$table"); else tune=(--tune-in "$table"); fi
+      ref=0; [[ $tr == tcp ]] && ref=1
+      "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --round "$r" "${tune[@]}" --reference "$ref" \
+        "${sweep[@]}" > /dev/null
+    done
+    if [[ -x "$bin/bench_comm_gloo" ]]; then
+      "$bin/bench_comm_gloo" --ranks "$n" --round "$r" "${sweep[@]}" > /dev/null
+    elif [[ $r == 1 ]]; then
+      echo "# gloo: not built (libgloo-dev missing)"
+    fi
+    if [[ -x "$bin/bench_comm_mpi" ]] && command -v mpirun > /dev/null; then
+      OMPI_MCA_btl=self,vader mpirun --allow-run-as-root --oversubscribe -n "$n" \
+        "$bin/bench_comm_mpi" --transport shm --ranks "$n" --round "$r" "${sweep[@]}" > /dev/null
+      OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo mpirun --allow-run-as-root --oversubscribe -n "$n" \
+        "$bin/bench_comm_mpi" --transport tcp --ranks "$n" --round "$r" "${sweep[@]}" > /dev/null
+    elif [[ $r == 1 ]]; then
+      echo "# openmpi: not built or mpirun missing"
+    fi
+  done
+  echo "# round $r done after $((SECONDS - start)) s"
+done
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg); $((SECONDS - start)) s" | tee -a "$out/comm_allreduce_runs.txt"
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3
 "$PY" "$(dirname "$0")/plot.py" "$csv" "$out/comm_allreduce.png" | tee "$out/comm_allreduce_summary.txt"

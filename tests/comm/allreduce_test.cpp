@@ -14,8 +14,12 @@ namespace wc = weft::comm;
 
 namespace {
 
-constexpr wc::algorithm all_algorithms[] = {wc::algorithm::ring, wc::algorithm::tree, wc::algorithm::star,
-                                            wc::algorithm::halving_doubling, wc::algorithm::hierarchical};
+constexpr wc::algorithm all_algorithms[] = {wc::algorithm::ring,
+                                            wc::algorithm::tree,
+                                            wc::algorithm::star,
+                                            wc::algorithm::halving_doubling,
+                                            wc::algorithm::recursive_doubling,
+                                            wc::algorithm::hierarchical};
 
 // Small integers, so every sum the algorithms form (in any order) is exact in every type,
 // and the result must equal the serial reference bit for bit.

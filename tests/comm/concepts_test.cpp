@@ -56,7 +56,7 @@ TEST_CASE("every collective runs over the archetype transport", "[comm][concepts
     archetype_transport t(inner);
     const std::vector<int> hosts{0, 0, 1, 1, 2};
     for (auto algo : {wc::algorithm::ring, wc::algorithm::tree, wc::algorithm::star, wc::algorithm::halving_doubling,
-                      wc::algorithm::hierarchical, wc::algorithm::automatic}) {
+                      wc::algorithm::recursive_doubling, wc::algorithm::hierarchical, wc::algorithm::automatic}) {
       std::vector<std::int32_t> data(23, t.rank() + 1);
       wc::options opt;
       opt.algo = algo;

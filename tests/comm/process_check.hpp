@@ -25,7 +25,7 @@ void check_all_collectives(Tr& t, const std::vector<std::size_t>& sizes, std::si
   std::vector<int> hosts(static_cast<std::size_t>(p));
   for (int q = 0; q < p; ++q) hosts[static_cast<std::size_t>(q)] = q / 2;
   for (auto algo : {wc::algorithm::ring, wc::algorithm::tree, wc::algorithm::star, wc::algorithm::halving_doubling,
-                    wc::algorithm::hierarchical})
+                    wc::algorithm::recursive_doubling, wc::algorithm::hierarchical})
     for (std::size_t n : sizes) {
       std::vector<float> data(n);
       for (std::size_t i = 0; i < n; ++i) data[i] = pvalue(r, i);

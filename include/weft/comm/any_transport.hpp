@@ -2,7 +2,9 @@
 // flag): any_transport owns or borrows a concrete transport and satisfies the same concepts.
 #pragma once
 
+#include <weft/comm/comm_error.hpp>
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/descriptor.hpp>
 #include <weft/core/error.hpp>
 
 #include <memory>
@@ -37,6 +39,13 @@ class any_transport {
     impl_->sendrecv(dst, out, src, in, tag, until);
   }
   void abort(std::string_view why) { impl_->abort(why); }
+  /// abort(why) with the failure's fields, where the held transport carries them.
+  void abort(const comm_error& e) { impl_->abort(e); }
+  /// Declares a collective to the held transport when it checks descriptors (descriptor.hpp);
+  /// otherwise does nothing.
+  void begin_collective(std::uint32_t channel, const collective_descriptor& d, std::span<const int> members) {
+    impl_->begin_collective(channel, d, members);
+  }
   bool is_concurrent() const { return impl_->concurrent(); }
 
  private:
@@ -48,6 +57,8 @@ class any_transport {
     virtual void recv(int, msg_tag, std::span<std::byte>, deadline) = 0;
     virtual void sendrecv(int, std::span<const std::byte>, int, std::span<std::byte>, msg_tag, deadline) = 0;
     virtual void abort(std::string_view) = 0;
+    virtual void abort(const comm_error&) = 0;
+    virtual void begin_collective(std::uint32_t, const collective_descriptor&, std::span<const int>) = 0;
     virtual bool concurrent() const = 0;
   };
   template <class T>
@@ -77,6 +88,16 @@ class any_transport {
     }
     void abort(std::string_view why) override {
       if constexpr (abortable_transport<concrete>) get().abort(why);
+    }
+    void abort(const comm_error& e) override {
+      if constexpr (failure_carrying_transport<concrete>)
+        get().abort(e);
+      else if constexpr (abortable_transport<concrete>)
+        get().abort(std::string_view(e.what()));
+    }
+    void begin_collective(std::uint32_t channel, const collective_descriptor& d,
+                          std::span<const int> members) override {
+      if constexpr (descriptor_checking_transport<concrete>) get().begin_collective(channel, d, members);
     }
     bool concurrent() const override { return concurrent_transport<concrete>; }
     T t;

@@ -1,8 +1,11 @@
-// Measures the alpha-beta-gamma cost model of a transport (Hockney 1994): ping-pong between
-// ranks 0 and 1 at a small and a large size gives alpha and beta, a timed local reduction gives
-// gamma; rank 0 broadcasts the result so every rank's tuner makes the same choice.
+// Measures a transport for the tuner: calibrate() fits the alpha-beta-gamma cost model (Hockney
+// 1994) from ping-pongs between ranks 0 and 1 and a timed local reduction; autotune() times every
+// candidate allreduce algorithm at every given size (the empirical approach of MPI libraries'
+// tuned collectives, e.g. Open MPI's decision rules) into a tuning_table. Both give every rank the
+// same answer, so every rank's tuner makes the same choice.
 #pragma once
 
+#include <weft/comm/allreduce.hpp>
 #include <weft/comm/collectives.hpp>
 #include <weft/comm/tuner.hpp>
 #include <weft/core/reduce_ops.hpp>
@@ -30,6 +33,8 @@ cost_model calibrate(Tr& t, std::size_t large_bytes = std::size_t{4} << 20, int 
   const deadline until = detail::start_call(where, opt);
   const msg_tag tag{opt.channel, make_check(collective::calibrate, dtype::u8, algorithm::ring, large_bytes, "", 0)};
   detail::call_context c(t, where, tag, until);
+  c.begin(
+      detail::describe_call(collective::calibrate, dtype::u8, large_bytes, "", p, static_cast<std::uint64_t>(reps)));
   std::vector<std::byte> buf(large_bytes);
   auto round_trip = [&](std::size_t bytes) {
     std::vector<double> times;
@@ -65,6 +70,83 @@ cost_model calibrate(Tr& t, std::size_t large_bytes = std::size_t{4} << 20, int 
   options bopt = opt;
   broadcast(t, std::span<double>(model), 0, bopt);
   return {model[0], model[1], model[2]};
+}
+
+/// The algorithms autotune() compares by default.
+inline constexpr std::array<algorithm, 5> autotune_candidates{
+    algorithm::ring, algorithm::tree, algorithm::star, algorithm::halving_doubling, algorithm::recursive_doubling};
+
+/// Runs on every rank (collective, same arguments everywhere). For each size in `sizes` (bytes of
+/// float data, rounded down to whole floats): one warm-up allreduce per candidate, then `reps`
+/// rounds that each time one batch of back-to-back allreduces (at least 2, about 4 MiB moved) of
+/// every candidate in turn (so a slow spell of a shared host hits them all alike); each rank's
+/// median per call, the largest over ranks. The fastest median wins, except that the cost model's
+/// choice wins when it is within 3% of it. Returns the same table on every rank; pass it
+/// as options::table. Throws errc::invalid_argument for no sizes, a size under 4 bytes, reps < 1,
+/// or a candidate that is automatic or hierarchical; what allreduce throws otherwise. Cost: about
+/// reps × candidates × sizes batches.
+template <transport Tr>
+tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
+                      std::span<const algorithm> candidates = autotune_candidates, const options& opt = {}) {
+  constexpr const char* where = "weft::comm::autotune";
+  expects(!sizes.empty(), errc::invalid_argument, where, "no sizes to measure");
+  expects(reps >= 1, errc::invalid_argument, where, "reps ", reps, " must be >= 1");
+  expects(!candidates.empty(), errc::invalid_argument, where, "no candidate algorithms");
+  for (algorithm a : candidates)
+    expects(a != algorithm::automatic && a != algorithm::hierarchical, errc::invalid_argument, where, "candidate ",
+            to_string(a), " cannot be timed on its own");
+  std::vector<std::size_t> order(sizes.begin(), sizes.end());
+  std::sort(order.begin(), order.end());
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  expects(order.front() >= sizeof(float), errc::invalid_argument, where, "size ", order.front(),
+          " is smaller than one float");
+  tuning_table table;
+  table.ranks = static_cast<int>(t.size());
+  std::vector<float> buf(order.back() / sizeof(float), 0.0f);
+  for (std::size_t bytes : order) {
+    std::span<float> data(buf.data(), bytes / sizeof(float));
+    const int calls = static_cast<int>(std::clamp<std::size_t>((std::size_t{4} << 20) / bytes, 2, 400));
+    auto opts_for = [&](algorithm a) {
+      options o = opt;
+      o.algo = a;
+      o.table = nullptr;
+      return o;
+    };
+    for (algorithm a : candidates) allreduce(t, data, op::sum{}, opts_for(a));  // warm-up
+    // Round-robin over the candidates, so a slow spell of a shared host hits them all alike.
+    std::vector<std::vector<double>> batches(candidates.size());
+    for (int rep = 0; rep < reps; ++rep)
+      for (std::size_t c = 0; c < candidates.size(); ++c) {
+        const options o = opts_for(candidates[c]);
+        barrier(t, o);
+        const auto t0 = clock_type::now();
+        for (int i = 0; i < calls; ++i) allreduce(t, data, op::sum{}, o);
+        batches[c].push_back(std::chrono::duration<double>(clock_type::now() - t0).count() / calls);
+      }
+    std::vector<double> medians;
+    for (auto& b : batches) {
+      std::nth_element(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(b.size() / 2), b.end());
+      medians.push_back(b[b.size() / 2]);
+    }
+    options m = opt;
+    m.algo = algorithm::ring;
+    m.table = nullptr;
+    allreduce(t, std::span<double>(medians), op::max{}, m);  // identical numbers on every rank
+    tuning_table::entry e;
+    e.bytes = bytes;
+    for (std::size_t i = 0; i < candidates.size(); ++i) e.seconds.emplace_back(candidates[i], medians[i]);
+    const auto fastest = std::min_element(e.seconds.begin(), e.seconds.end(),
+                                          [](const auto& x, const auto& y) { return x.second < y.second; });
+    e.best = fastest->first;
+    // The model's choice, when measured, keeps the decision unless the winner is clearly faster:
+    // within 3% the difference is noise, and the model is the better guess for sizes in between.
+    const algorithm prior =
+        choose_allreduce(bytes, table.ranks, opt.segment_bytes, opt.model ? *opt.model : cost_model{});
+    for (const auto& [a, sec] : e.seconds)
+      if (a == prior && sec <= fastest->second * 1.03) e.best = prior;
+    table.entries.push_back(std::move(e));
+  }
+  return table;
 }
 
 }  // namespace weft::comm

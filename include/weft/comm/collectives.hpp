@@ -77,6 +77,8 @@ void reduce_scatter(Tr& t, std::span<const T> in, std::span<T> out, Op op = {}, 
   const msg_tag tag{opt.channel, make_check(collective::reduce_scatter, dtype_of<T>, algorithm::ring, out.size(),
                                             op_name<Op>(), opt.segment_bytes)};
   detail::call_context c(t, where, tag, until);
+  c.begin(
+      detail::describe_call(collective::reduce_scatter, dtype_of<T>, out.size(), op_name<Op>(), p, opt.segment_bytes));
   const std::size_t b = out.size();
   std::vector<T> work(in.begin(), in.end());
   std::vector<T> tmp(b);
@@ -109,6 +111,7 @@ void allgather(Tr& t, std::span<const T> in, std::span<T> out, const options& op
   const msg_tag tag{opt.channel,
                     make_check(collective::allgather, dtype_of<T>, algorithm::ring, in.size(), "", opt.segment_bytes)};
   detail::call_context c(t, where, tag, until);
+  c.begin(detail::describe_call(collective::allgather, dtype_of<T>, in.size(), "", p, opt.segment_bytes));
   const std::size_t b = in.size();
   std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * b));
   const int next = detail::mod(r + 1, p), prev = detail::mod(r - 1, p);
@@ -131,6 +134,8 @@ void broadcast(Tr& t, std::span<T> data, int root, const options& opt = {}) {
   const msg_tag tag{opt.channel, make_check(collective::broadcast, dtype_of<T>, algorithm::tree, data.size(), "",
                                             opt.segment_bytes + static_cast<std::size_t>(root))};
   detail::call_context c(t, where, tag, until);
+  c.begin(detail::describe_call(collective::broadcast, dtype_of<T>, data.size(), "", p, opt.segment_bytes, root,
+                                algorithm::tree));
   const auto links = detail::binomial(p, r, root);
   const std::size_t n = data.size(), seg = detail::segment_elems(opt.segment_bytes, sizeof(T));
   const std::size_t segs = std::max<std::size_t>(1, (n + seg - 1) / seg);
@@ -156,6 +161,8 @@ void reduce(Tr& t, std::span<T> data, int root, Op op = {}, const options& opt =
   const msg_tag tag{opt.channel, make_check(collective::reduce, dtype_of<T>, algorithm::tree, data.size(),
                                             op_name<Op>(), opt.segment_bytes + static_cast<std::size_t>(root))};
   detail::call_context c(t, where, tag, until);
+  c.begin(detail::describe_call(collective::reduce, dtype_of<T>, data.size(), op_name<Op>(), p, opt.segment_bytes, root,
+                                algorithm::tree));
   const auto links = detail::binomial(p, r, root);
   std::vector<T> own;
   std::span<T> acc = data;
@@ -184,6 +191,7 @@ void barrier(Tr& t, const options& opt = {}) {
   const deadline until = detail::start_call(where, opt);
   const msg_tag tag{opt.channel, make_check(collective::barrier, dtype::u8, algorithm::ring, 0, "", 0)};
   detail::call_context c(t, where, tag, until);
+  c.begin(detail::describe_call(collective::barrier, dtype::u8, 0, "", p));
   int round = 0;
   for (int k = 1; k < p; k <<= 1, ++round) {
     c.phase("dissemination", round);
@@ -205,6 +213,7 @@ void alltoall(Tr& t, std::span<const T> in, std::span<T> out, const options& opt
   const deadline until = detail::start_call(where, opt);
   const msg_tag tag{opt.channel, make_check(collective::alltoall, dtype_of<T>, algorithm::ring, in.size(), "", 0)};
   detail::call_context c(t, where, tag, until);
+  c.begin(detail::describe_call(collective::alltoall, dtype_of<T>, in.size(), "", p));
   const std::size_t b = in.size() / P;
   const auto R = static_cast<std::size_t>(r);
   std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(R * b), b, out.begin() + static_cast<std::ptrdiff_t>(R * b));
@@ -243,6 +252,7 @@ void alltoallv(Tr& t, std::span<const T> in, std::span<const std::size_t> send_c
   const deadline until = detail::start_call(where, opt);
   const msg_tag tag{opt.channel, make_check(collective::alltoallv, dtype_of<T>, algorithm::ring, 0, "", 0)};
   detail::call_context c(t, where, tag, until);
+  c.begin(detail::describe_call(collective::alltoallv, dtype_of<T>, 0, "", p));  // counts differ by rank
   std::vector<std::size_t> send_off(P + 1, 0), recv_off(P + 1, 0);
   for (std::size_t q = 0; q < P; ++q) {
     send_off[q + 1] = send_off[q] + send_counts[q];

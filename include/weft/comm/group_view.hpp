@@ -2,7 +2,9 @@
 // The hierarchical allreduce runs its inter-host phase over such a view of the host leaders.
 #pragma once
 
+#include <weft/comm/comm_error.hpp>
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/descriptor.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
@@ -48,6 +50,18 @@ class group_view {
     parent_->sendrecv(map(dst), out, map(src), in, tag, until);
   }
   void abort(std::string_view why) requires abortable_transport<Parent> { parent_->abort(why); }
+  void abort(const comm_error& e) requires failure_carrying_transport<Parent> { parent_->abort(e); }
+  /// Declares a collective of this view's members to the parent (descriptor.hpp): members are
+  /// view ranks, empty for the whole view.
+  void begin_collective(std::uint32_t channel, const collective_descriptor& d,
+                        std::span<const int> members) requires descriptor_checking_transport<Parent> {
+    std::vector<int> mapped;
+    if (members.empty())
+      mapped = members_;
+    else
+      for (int m : members) mapped.push_back(map(m));
+    parent_->begin_collective(channel, d, std::span<const int>(mapped));
+  }
 
  private:
   int map(int peer) const {

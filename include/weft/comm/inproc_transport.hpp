@@ -3,6 +3,7 @@
 // deadlock on it; receivers block on a condition variable until the message or the deadline.
 #pragma once
 
+#include <weft/comm/comm_error.hpp>
 #include <weft/comm/concepts.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
@@ -59,12 +60,14 @@ class inproc_world {
     return static_cast<std::size_t>(size);
   }
 
-  void abort(int by, std::string_view why) {
+  void abort(int by, std::string_view why, const failure_info* info = nullptr) {
     {
       std::lock_guard lock(abort_mutex_);
       if (aborted_) return;
       aborted_ = true;
       abort_reason_ = weft::detail::concat("rank ", by, " aborted the group: ", why);
+      abort_by_ = by;
+      if (info) abort_info_ = *info;
     }
     for (auto& box : boxes_) {
       std::lock_guard lock(box.mutex);  // pairs with the waiters' predicate check
@@ -75,11 +78,29 @@ class inproc_world {
     std::lock_guard lock(abort_mutex_);
     return abort_reason_;
   }
+  // The failure every rank reports once the world is aborted: the aborting rank's facts.
+  failure_info abort_facts(int rank, int peer) const {
+    std::lock_guard lock(abort_mutex_);
+    failure_info f;
+    f.rank = rank;
+    f.size = size();
+    f.peer = peer;
+    f.origin = abort_by_;
+    f.blamed = abort_info_.blamed;
+    f.field = abort_info_.field;
+    f.here = abort_info_.here;
+    f.there = abort_info_.there;
+    f.channel = abort_info_.channel;
+    f.detail = abort_reason_;
+    return f;
+  }
 
   std::vector<mailbox> boxes_;
   mutable std::mutex abort_mutex_;
   bool aborted_ = false;
   std::string abort_reason_;
+  int abort_by_ = -1;
+  failure_info abort_info_;
 };
 
 /// Rank r's end of an inproc_world. Satisfies concurrent_transport: several threads may use one
@@ -137,6 +158,8 @@ class inproc_transport {
 
   /// Fails every current and future operation of every rank with errc::aborted. Thread-safe.
   void abort(std::string_view why) { world_->abort(rank_, why); }
+  /// abort(why) that also carries the failure's fields (blamed rank, disagreement) to every rank.
+  void abort(const comm_error& e) { world_->abort(rank_, e.what(), &e.info()); }
 
  private:
   friend class inproc_world;
@@ -150,9 +173,11 @@ class inproc_transport {
             "rank ", rank_, " ", what, ": peer ", peer, " must be another rank in [0, ", size(), ")");
   }
   void check_abort(int peer, const char* what) const {
-    if (world_->aborted()) [[unlikely]]
-      weft::detail::raise(errc::aborted, "weft::comm::inproc_transport", "rank ", rank_, " ", what, " peer ", peer,
-                          ": ", world_->abort_reason());
+    if (world_->aborted()) [[unlikely]] {
+      failure_info f = world_->abort_facts(rank_, peer);
+      f.operation = what;
+      throw comm_error(errc::aborted, "weft::comm::inproc_transport", std::move(f));
+    }
   }
 
   inproc_world* world_;

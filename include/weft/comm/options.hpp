@@ -5,6 +5,7 @@
 
 #include <weft/comm/concepts.hpp>
 #include <weft/core/dtype.hpp>
+#include <weft/core/hash.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -16,7 +17,8 @@
 namespace weft::comm {
 
 /// Allreduce algorithms. `automatic` lets the tuner choose from the cost model (tuner.hpp).
-enum class algorithm : std::uint8_t { automatic, ring, tree, star, halving_doubling, hierarchical };
+/// (The values travel in collective descriptors: new ones are appended.)
+enum class algorithm : std::uint8_t { automatic, ring, tree, star, halving_doubling, hierarchical, recursive_doubling };
 
 constexpr std::string_view to_string(algorithm a) noexcept {
   switch (a) {
@@ -32,11 +34,45 @@ constexpr std::string_view to_string(algorithm a) noexcept {
       return "halving_doubling";
     case algorithm::hierarchical:
       return "hierarchical";
+    case algorithm::recursive_doubling:
+      return "recursive_doubling";
   }
   return "?";
 }
 
 struct cost_model;
+struct tuning_table;
+
+/// How a rank blocked in a shm or tcp transport waits for its peers. Polling catches a peer that
+/// answers within microseconds without a system call or a wake-up, but a poller takes the core a
+/// peer may need: on a host with more ranks than cores, yielding or sleeping is faster.
+enum class wait_mode : std::uint8_t {
+  automatic,  ///< spin when this host's ranks fit the cores this process may run on, else yield
+  spin,       ///< busy-poll for wait_options::spin after the last progress, then sleep
+  yield,      ///< poll with sched_yield(2) between polls for wait_options::yield, then sleep
+  block,      ///< sleep at once (futex(2) for shm, poll(2) for tcp)
+};
+
+constexpr std::string_view to_string(wait_mode m) noexcept {
+  switch (m) {
+    case wait_mode::automatic:
+      return "automatic";
+    case wait_mode::spin:
+      return "spin";
+    case wait_mode::yield:
+      return "yield";
+    case wait_mode::block:
+      return "block";
+  }
+  return "?";
+}
+
+/// Waiting policy of a shm or tcp transport. A plain value; thread-safe to copy.
+struct wait_options {
+  wait_mode mode = wait_mode::automatic;
+  std::chrono::microseconds spin{250};   ///< spin mode: how long to poll before sleeping
+  std::chrono::microseconds yield{250};  ///< yield mode: how long to poll-and-yield before sleeping
+};
 
 /// Options of one collective call; every rank must pass equal values (the check word catches most
 /// differences). A plain aggregate; thread-safe to copy. `hosts` and `model` are borrowed: they must
@@ -48,6 +84,9 @@ struct options {
   std::size_t segment_bytes = std::size_t{1} << 19;  ///< pipelining granularity of ring/tree/star/broadcast
   std::span<const int> hosts{};                      ///< host id of every rank (hierarchical)
   const cost_model* model = nullptr;                 ///< tuner's model; nullptr means the built-in default
+  /// Measured choices (autotune() in calibrate.hpp); when set and made for this rank count, it
+  /// decides automatic instead of the model.
+  const tuning_table* table = nullptr;
 };
 
 /// Which collective a message belongs to (part of the check word).
@@ -116,10 +155,14 @@ constexpr std::string_view op_name() noexcept {
 }
 
 /// The check word: bits 0-3 collective, 4-7 dtype, 8-11 algorithm, 12-31 a hash of the element
-/// count, the operator's name and the segment size. O(length of op name).
+/// count, the operator's name and the segment size. O(length of op name), constant-folded for a
+/// compile-time name.
 constexpr std::uint32_t make_check(collective c, dtype t, algorithm a, std::uint64_t count, std::string_view op_name,
                                    std::uint64_t segment_bytes) noexcept {
-  std::uint32_t h = detail::fnv1a(detail::fnv1a(detail::fnv1a(2166136261u, count), op_name), segment_bytes);
+  // The operator's name first (a compile-time constant in every collective, so it folds away), then
+  // two multiply-mix steps for the run-time numbers.
+  const std::uint64_t mixed = hash_combine(hash_combine(detail::fnv1a(2166136261u, op_name), count), segment_bytes);
+  const auto h = static_cast<std::uint32_t>(mixed >> 44);
   return (static_cast<std::uint32_t>(c) & 0xfu) | ((static_cast<std::uint32_t>(t) & 0xfu) << 4) |
          ((static_cast<std::uint32_t>(a) & 0xfu) << 8) | (h << 12);
 }

@@ -1,7 +1,8 @@
 // Shared-memory transport: ranks are processes on one host that map one POSIX shared memory
 // segment holding a single-producer/single-consumer byte ring per ordered pair of ranks and a
-// doorbell word per rank. Waiters spin briefly, then sleep on the doorbell with futex(2), so an
-// oversubscribed host is not starved by busy peers (Drepper, "Futexes are tricky", 2011).
+// doorbell word per rank. A frame's header and payload go into the ring with one copy and one
+// publish; waiters poll (spinning while every rank has a core, yielding when the host is
+// oversubscribed), then sleep on the doorbell with futex(2) (Drepper, "Futexes are tricky", 2011).
 #pragma once
 
 #include <weft/comm/concepts.hpp>
@@ -37,10 +38,9 @@ namespace weft::comm {
 struct shm_options {
   std::size_t ring_bytes = std::size_t{4} << 20;      ///< per ordered pair; a power of two >= 4096
   std::chrono::milliseconds connect_timeout{30'000};  ///< how long to wait for all ranks to attach
-  /// How long a waiter polls its doorbell before sleeping in futex(2): long enough to catch a
-  /// peer that answers at once (no syscall, no wake-up), short enough not to starve peers that
-  /// share the core.
-  std::chrono::microseconds spin{2};
+  /// How a blocked rank waits: automatic spins when the ranks fit this host's cores and yields
+  /// otherwise, sleeping in futex(2) once nothing happened for wait_options::spin / ::yield.
+  wait_options waiting{};
   /// Pieces at least this big are not copied through the ring: the receiver reads them straight
   /// from the sender's buffer with process_vm_readv(2) (one copy instead of two, as OpenMPI's
   /// vader BTL does with CMA). SIZE_MAX turns this off (e.g. where ptrace is restricted).
@@ -57,17 +57,16 @@ struct alignas(64) shm_doorbell {
   std::atomic<std::uint32_t> sleepers{0};
 };
 struct shm_ring_ctl {
-  alignas(64) std::atomic<std::uint64_t> head{0};          // bytes ever written (producer)
-  alignas(64) std::atomic<std::uint64_t> tail{0};          // bytes ever read (consumer)
-  alignas(64) std::atomic<std::uint64_t> remote_acked{0};  // single-copy pieces the consumer has read
+  alignas(64) std::atomic<std::uint64_t> head{0};            // bytes ever written (producer)
+  alignas(64) std::atomic<std::uint64_t> tail{0};            // bytes ever read (consumer)
+  alignas(64) std::atomic<std::uint32_t> writer_waiting{0};  // the producer found the ring full
+  alignas(64) std::atomic<std::uint64_t> remote_acked{0};    // single-copy pieces the consumer has read
 };
 struct alignas(64) shm_header {  // a multiple of 64 bytes, so the doorbells after it are aligned
   std::atomic<std::uint64_t> magic{0};
   std::int32_t size = 0;
   std::atomic<std::int32_t> attached{0};
   std::uint64_t ring_bytes = 0;
-  std::atomic<std::uint32_t> aborted{0};
-  char abort_text[1024] = {};
   std::int32_t pids[shm_max_ranks] = {};
 };
 
@@ -79,15 +78,17 @@ inline long futex(std::atomic<std::uint32_t>* addr, int op, std::uint32_t val, c
 /// The link of stream_engine over the mapped segment. Not for direct use.
 class shm_link {
  public:
-  shm_link(std::byte* base, int rank, int size, std::size_t ring_bytes, std::chrono::microseconds spin,
-           std::size_t single_copy_min)
+  static constexpr std::size_t stage_bytes = 0;  // reads copy straight out of the ring
+
+  shm_link(std::byte* base, int rank, int size, std::size_t ring_bytes, std::size_t single_copy_min)
       : base_(base),
         rank_(rank),
         size_(size),
         ring_(ring_bytes),
-        spin_(spin),
         remote_min_(single_copy_min),
-        remote_posted_(static_cast<std::size_t>(size), 0) {}
+        remote_posted_(static_cast<std::size_t>(size), 0),
+        read_tail_(static_cast<std::size_t>(size), 0),
+        seen_tail_(static_cast<std::size_t>(size), 0) {}
 
   static_assert(sizeof(shm_header) % 64 == 0 && sizeof(shm_doorbell) % 64 == 0 && sizeof(shm_ring_ctl) % 64 == 0);
   static std::size_t layout_bytes(int size, std::size_t ring_bytes) {
@@ -112,51 +113,81 @@ class shm_link {
            pair(from, to) * ring_;
   }
 
-  std::size_t write_some(int peer, int, const std::byte* src, std::size_t n) {
-    check_abort();
+  /// Copies a prefix of the parts into the ring to `peer` and publishes it at once (one release
+  /// store, one doorbell). When the ring cannot take everything, marks the ring so the consumer
+  /// rings back once it frees room.
+  std::size_t write_some(int peer, int, const io_part* parts, int count) {
     auto& c = ctl(rank_, peer);
     const std::uint64_t head = c.head.load(std::memory_order_relaxed);
-    const std::uint64_t tail = c.tail.load(std::memory_order_acquire);
-    const std::size_t room = ring_ - static_cast<std::size_t>(head - tail);
-    const std::size_t len = std::min(room, n);
-    if (len == 0) return 0;
-    copy_in(data(rank_, peer), static_cast<std::size_t>(head & (ring_ - 1)), src, len);
-    c.head.store(head + len, std::memory_order_release);
+    // The consumer's tail as last seen: looking at the real one costs a cache line from the other
+    // core, so it is read only when the ring looks too full.
+    std::uint64_t& tail = seen_tail_[static_cast<std::size_t>(peer)];
+    std::size_t want = 0;
+    for (int i = 0; i < count; ++i) want += parts[i].len;
+    std::size_t room = ring_ - static_cast<std::size_t>(head - tail);
+    if (room < want) {
+      tail = c.tail.load(std::memory_order_acquire);
+      room = ring_ - static_cast<std::size_t>(head - tail);
+    }
+    if (room < want) {  // Dekker with commit_reads: either we see its new tail or it sees the flag
+      c.writer_waiting.store(1, std::memory_order_seq_cst);
+      tail = c.tail.load(std::memory_order_seq_cst);
+      room = ring_ - static_cast<std::size_t>(head - tail);
+    }
+    std::size_t done = 0;
+    std::byte* bytes = data(rank_, peer);
+    for (int i = 0; i < count && done < room; ++i) {
+      const std::size_t len = std::min(parts[i].len, room - done);
+      if (len == 0) continue;
+      copy_in(bytes, static_cast<std::size_t>((head + done) & (ring_ - 1)), parts[i].data, len);
+      done += len;
+    }
+    if (done == 0) return 0;
+    c.head.store(head + done, std::memory_order_release);
     ring(peer);
-    return len;
+    return done;
   }
+  /// Copies up to n bytes out of the ring from `peer`; the room is handed back to the writer by
+  /// commit_reads (once per pump, so a frame's header, descriptor and payload cost one fence).
   std::size_t read_some(int peer, int, std::byte* dst, std::size_t n) {
-    check_abort();
     auto& c = ctl(peer, rank_);
-    const std::uint64_t tail = c.tail.load(std::memory_order_relaxed);
+    std::uint64_t& tail = read_tail_[static_cast<std::size_t>(peer)];
     const std::uint64_t head = c.head.load(std::memory_order_acquire);
     const std::size_t len = std::min(static_cast<std::size_t>(head - tail), n);
     if (len == 0) return 0;
     copy_out(dst, data(peer, rank_), static_cast<std::size_t>(tail & (ring_ - 1)), len);
-    c.tail.store(tail + len, std::memory_order_release);
-    ring(peer);
+    tail += len;
     return len;
   }
-  std::uint64_t ticket() const { return bell(rank_).seq.load(std::memory_order_seq_cst); }
-
-  /// Polls for `spin`, then sleeps on this rank's doorbell until a peer rings it or `until`.
-  void wait(std::uint64_t ticket, deadline until, int) {
-    auto& b = bell(rank_);
-    const auto t = static_cast<std::uint32_t>(ticket);
-    const auto spin_until = clock_type::now() + spin_;
-    for (int i = 1;; ++i) {
-      if (b.seq.load(std::memory_order_seq_cst) != t) return;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-      if (i % 64 == 0 && clock_type::now() >= spin_until) break;
+  /// Publishes what read_some consumed from `peer` and wakes the writer if it waits for room.
+  void commit_reads(int peer, int) {
+    auto& c = ctl(peer, rank_);
+    const std::uint64_t tail = read_tail_[static_cast<std::size_t>(peer)];
+    if (c.tail.load(std::memory_order_relaxed) == tail) return;
+    c.tail.store(tail, std::memory_order_release);
+    detail::full_fence();  // Dekker with write_some's flag
+    if (c.writer_waiting.load(std::memory_order_relaxed) != 0) {
+      c.writer_waiting.store(0, std::memory_order_relaxed);
+      ring(peer);
     }
-    const auto now = clock_type::now();
-    if (now >= until) return;
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
-    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  }
+  /// Announces a sleeper on this rank's doorbell (so peers that change anything ring it from now
+  /// on) and returns its sequence; the engine then looks at everything once more before wait().
+  std::uint64_t prepare_wait() {
+    auto& b = bell(rank_);
     b.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (b.seq.load(std::memory_order_seq_cst) == t) futex(&b.seq, FUTEX_WAIT, t, &ts);
+    return b.seq.load(std::memory_order_seq_cst);
+  }
+  /// Sleeps on this rank's doorbell until a peer rings it or `until` (the engine polls first).
+  void wait(std::uint64_t token, deadline until, int) {
+    auto& b = bell(rank_);
+    const auto t = static_cast<std::uint32_t>(token);
+    const auto now = clock_type::now();
+    if (now < until) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
+      timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+      if (b.seq.load(std::memory_order_seq_cst) == t) futex(&b.seq, FUTEX_WAIT, t, &ts);
+    }
     b.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 
@@ -166,9 +197,10 @@ class shm_link {
   /// nothing left to read from it) no longer exists; looks at most every 200 ms. A peer that
   /// exits after its last message is fine: its bytes stay in the ring.
   void check_alive(int peer) {
-    const auto now = clock_type::now();
-    if (now - last_alive_check_ < std::chrono::milliseconds(200)) return;
-    last_alive_check_ = now;
+    const auto now = clock_type::now().time_since_epoch().count();
+    const auto last = last_alive_check_.load(std::memory_order_relaxed);
+    if (now - last < std::chrono::duration_cast<clock_type::duration>(std::chrono::milliseconds(200)).count()) return;
+    last_alive_check_.store(now, std::memory_order_relaxed);  // several threads may look: any of them will do
     const pid_t pid = header().pids[peer];
     if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
       weft::detail::raise(errc::peer_failure, "weft::comm::shm_transport", "peer ", peer, " (pid ", pid,
@@ -185,8 +217,8 @@ class shm_link {
       iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(addr) + done), n - done};
       const ssize_t r = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
       if (r <= 0)
-        weft::detail::raise(errc::io, "weft::comm::shm_transport", "single-copy read of ", n, " bytes from peer ", peer,
-                            " (pid ", pid, ") failed: ", std::strerror(errno),
+        weft::detail::raise(errc::peer_failure, "weft::comm::shm_transport", "single-copy read of ", n,
+                            " bytes from peer ", peer, " (pid ", pid, ") failed: ", std::strerror(errno),
                             " (set shm_options::single_copy_min = SIZE_MAX where ptrace is restricted)");
       done += static_cast<std::size_t>(r);
     }
@@ -198,23 +230,23 @@ class shm_link {
   std::uint64_t remote_post(int peer) { return ++remote_posted_[static_cast<std::size_t>(peer)]; }
   std::uint64_t remote_acked(int peer) const { return ctl(rank_, peer).remote_acked.load(std::memory_order_acquire); }
 
-  void on_abort(const std::string& why) {
-    auto& h = header();
-    std::uint32_t expected = 0;
-    if (h.aborted.compare_exchange_strong(expected, 1)) {
-      const std::size_t n = std::min(why.size(), sizeof(h.abort_text) - 1);
-      std::memcpy(h.abort_text, why.data(), n);
-      h.abort_text[n] = '\0';
-      h.aborted.store(2, std::memory_order_release);
-    }
+  /// Wakes every rank's waiters, so they see the abort frames at once.
+  void on_abort(const std::string&) {
     for (int q = 0; q < size_; ++q) ring(q);
   }
 
  private:
+  // After a change a peer may wait for (data, room, an acknowledgement): wakes r's sleepers. Dekker
+  // with prepare_wait: the change is ordered before the look at `sleepers` (the fence), and a
+  // sleeper announces itself before it looks at the state, so either it sees the change or we see
+  // it; nobody sleeping (the spinning, common case) costs no atomic read-modify-write.
   void ring(int r) {
     auto& b = bell(r);
-    b.seq.fetch_add(1, std::memory_order_seq_cst);
-    if (b.sleepers.load(std::memory_order_seq_cst) > 0) futex(&b.seq, FUTEX_WAKE, INT_MAX, nullptr);
+    detail::full_fence();
+    if (b.sleepers.load(std::memory_order_relaxed) > 0) {
+      b.seq.fetch_add(1, std::memory_order_seq_cst);
+      futex(&b.seq, FUTEX_WAKE, INT_MAX, nullptr);
+    }
   }
   void copy_in(std::byte* ring, std::size_t at, const std::byte* src, std::size_t len) const {
     const std::size_t first = std::min(len, ring_ - at);
@@ -226,19 +258,14 @@ class shm_link {
     std::memcpy(dst, ring + at, first);
     if (len > first) std::memcpy(dst + first, ring, len - first);
   }
-  void check_abort() const {
-    auto& h = header();
-    if (h.aborted.load(std::memory_order_acquire) == 2) [[unlikely]]
-      weft::detail::raise(errc::aborted, "weft::comm::shm_transport", h.abort_text);
-  }
-
   std::byte* base_;
   int rank_, size_;
   std::size_t ring_;
-  std::chrono::microseconds spin_;
   std::size_t remote_min_;
   std::vector<std::uint64_t> remote_posted_;  // per peer; touched only under the engine's write lock
-  clock_type::time_point last_alive_check_{};
+  std::vector<std::uint64_t> read_tail_;      // per peer: bytes read so far; under the engine's read lock
+  std::vector<std::uint64_t> seen_tail_;      // per peer: its tail as last read; under the write lock
+  std::atomic<clock_type::rep> last_alive_check_{0};
 };
 
 }  // namespace detail
@@ -288,7 +315,7 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
       expects(p != MAP_FAILED, errc::io, where, "cannot map shared memory '", name, "': ", std::strerror(errno));
     }
     base_ = static_cast<std::byte*>(p);
-    link_ = std::make_unique<detail::shm_link>(base_, rank, size, opt.ring_bytes, opt.spin, opt.single_copy_min);
+    link_ = std::make_unique<detail::shm_link>(base_, rank, size, opt.ring_bytes, opt.single_copy_min);
     auto& h = link_->header();
     try {
       if (rank == 0) {
@@ -319,8 +346,11 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
       ::munmap(base_, bytes_);
       throw;
     }
+    detail::engine_config cfg;
+    cfg.waiting = opt.waiting;
+    cfg.local_ranks = size;
     engine_ = std::make_unique<detail::stream_engine<detail::shm_link>>(*link_, rank, size, 1, SIZE_MAX,
-                                                                        "weft::comm::shm_transport");
+                                                                        "weft::comm::shm_transport", cfg);
   }
   shm_transport(const shm_transport&) = delete;
   shm_transport& operator=(const shm_transport&) = delete;

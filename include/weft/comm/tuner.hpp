@@ -1,16 +1,20 @@
-// Chooses an allreduce algorithm from the alpha-beta(-gamma) cost model of Hockney (1994) as
-// used by Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in
-// MPICH" (IJHPCA 2005, §4): a message of m bytes costs alpha + m*beta, reducing m bytes m*gamma.
+// Chooses an allreduce algorithm: from the alpha-beta(-gamma) cost model of Hockney (1994) as used
+// by Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in MPICH"
+// (IJHPCA 2005, §4) — a message of m bytes costs alpha + m*beta, reducing m bytes m*gamma — or from
+// a table of measured times (autotune(), calibrate.hpp), as MPI libraries' tuned decision rules do.
 #pragma once
 
 #include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace weft::comm {
 
@@ -54,6 +58,11 @@ inline double predict_allreduce(algorithm a, std::size_t bytes, int p, std::size
       const double extra = pp == P ? 0.0 : 2 * (m.alpha + n * m.beta) + n * m.gamma;
       return 2 * std::log2(pp) * m.alpha + 2 * (pp - 1) / pp * n * m.beta + (pp - 1) / pp * n * m.gamma + extra;
     }
+    case algorithm::recursive_doubling: {
+      const double pp = std::exp2(std::floor(std::log2(P)));
+      const double extra = pp == P ? 0.0 : 2 * (m.alpha + n * m.beta) + n * m.gamma;
+      return std::log2(pp) * (m.alpha + n * m.beta + n * m.gamma) + extra;
+    }
     default:
       break;
   }
@@ -65,7 +74,8 @@ inline double predict_allreduce(algorithm a, std::size_t bytes, int p, std::size
 /// ties go to the earlier in that list, so every rank with the same model picks the same one.
 /// O(1). Thread-safe.
 inline algorithm choose_allreduce(std::size_t bytes, int p, std::size_t segment_bytes, const cost_model& m = {}) {
-  constexpr std::array candidates{algorithm::ring, algorithm::tree, algorithm::star, algorithm::halving_doubling};
+  constexpr std::array candidates{algorithm::ring, algorithm::tree, algorithm::star, algorithm::halving_doubling,
+                                  algorithm::recursive_doubling};
   algorithm best = algorithm::ring;
   double best_time = predict_allreduce(best, bytes, p, segment_bytes, m);
   for (algorithm a : candidates) {
@@ -76,6 +86,42 @@ inline algorithm choose_allreduce(std::size_t bytes, int p, std::size_t segment_
     }
   }
   return best;
+}
+
+/// What autotune() measured for one transport and rank count: per message size, the median time
+/// of each candidate algorithm (the same on every rank: each rank's median, then the largest over
+/// ranks) and the fastest. A plain value; thread-safe to read.
+struct tuning_table {
+  struct entry {
+    std::size_t bytes = 0;
+    algorithm best = algorithm::ring;
+    std::vector<std::pair<algorithm, double>> seconds;  ///< candidate, median seconds
+  };
+  int ranks = 0;               ///< the rank count it was measured for
+  std::vector<entry> entries;  ///< ascending bytes
+
+  /// The fastest algorithm at the measured size nearest to `bytes` on a log scale (ties to the
+  /// smaller size). Throws errc::precondition when the table is empty. O(log entries).
+  algorithm choose(std::size_t bytes) const {
+    expects(!entries.empty(), errc::precondition, "weft::comm::tuning_table::choose", "the table is empty");
+    const auto it = std::lower_bound(entries.begin(), entries.end(), bytes,
+                                     [](const entry& e, std::size_t b) { return e.bytes < b; });
+    if (it == entries.begin()) return it->best;
+    if (it == entries.end()) return entries.back().best;
+    const double up =
+        std::log2(static_cast<double>(it->bytes)) - std::log2(static_cast<double>(std::max<std::size_t>(bytes, 1)));
+    const double down = std::log2(static_cast<double>(std::max<std::size_t>(bytes, 1))) -
+                        std::log2(static_cast<double>(std::prev(it)->bytes));
+    return up < down ? it->best : std::prev(it)->best;
+  }
+};
+
+/// The algorithm `automatic` resolves to for `bytes` on `p` ranks with these options: the table's
+/// when one is given for p ranks, else the model's (the built-in default when none). The same on
+/// every rank that passes the same options. O(1) or O(log table).
+inline algorithm resolve_automatic(std::size_t bytes, int p, const options& opt) {
+  if (opt.table && opt.table->ranks == p && !opt.table->entries.empty()) return opt.table->choose(bytes);
+  return choose_allreduce(bytes, p, opt.segment_bytes, opt.model ? *opt.model : cost_model{});
 }
 
 }  // namespace weft::comm

@@ -214,15 +214,27 @@ TEST_CASE("a failure on one tag does not poison a collective in flight on anothe
   CHECK(failed_on_1 == 4);
 }
 
-TEST_CASE("describe() reads rank, phase and blamed peer out of a comm error", "[comm][fault]") {
-  const weft::error e(weft::errc::aborted, "weft::comm::allreduce[ring]",
-                      "rank 0 of 4, phase 'ring allgather' step 2, peer 3: inproc: rank 0 recv peer 3: rank 3 "
-                      "aborted the group: rank 3 of 4, phase 'ring allgather' step 1, peer 2: connection reset by "
-                      "peer 2 (the peer died)");
+TEST_CASE("describe() copies rank, phase and blamed peer from a comm_error's fields", "[comm][fault]") {
+  wc::failure_info info;
+  info.rank = 0;
+  info.size = 4;
+  info.peer = 3;
+  info.blamed = 2;
+  info.origin = 3;
+  info.collective = "weft::comm::allreduce[ring]";
+  info.phase = "ring allgather";
+  info.step = 2;
+  info.detail = "rank 3 aborted the group: connection reset by peer 2";
+  const wc::comm_error e(weft::errc::aborted, "weft::comm::allreduce[ring]", info);
   const auto r = wf::describe(e, 0, 5);
   CHECK(r.failed_rank == 2);
   CHECK(r.phase == "ring allgather step 2");
   CHECK(r.collective == "weft::comm::allreduce[ring]");
   CHECK(r.channel == 5);
   CHECK(r.code == weft::errc::aborted);
+  CHECK(r.info.origin == 3);
+  // A plain weft::error names nobody: nothing is read back from its text.
+  const auto plain = wf::describe(weft::error(weft::errc::timeout, "x", "peer 7 timed out"), 1, 0);
+  CHECK(plain.failed_rank == -1);
+  CHECK(plain.code == weft::errc::timeout);
 }

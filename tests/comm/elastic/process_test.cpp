@@ -77,16 +77,20 @@ struct signal_after {
           std::vector<float> grad(w.size());
           for (std::size_t i = 0; i < grad.size(); ++i)
             grad[i] = static_cast<float>((i + st.revision()) % 3) * 0.5f - w[i] * 0.01f;
+          // The signal must land mid-collective on every member: halving-doubling sends 4 messages
+          // per member at 4 members (the tuner would pick recursive doubling, 2 messages, here).
+          weft::comm::options pinned;
+          pinned.algo = weft::comm::algorithm::halving_doubling;
           if (signal_at_15 != 0 && st.revision() == 15) {
             signal_after sa{&g.transport(), 2, signal_at_15};
-            weft::comm::options opt;
+            weft::comm::options opt = pinned;
             opt.channel = g.next_channel();
             opt.timeout = 1s;
             g.run_collective(
                 std::span<float>(grad),
                 [&] { weft::comm::allreduce(sa, std::span<float>(grad), weft::op::sum{}, opt); }, opt.channel);
           } else {
-            g.allreduce(std::span<float>(grad));
+            g.allreduce(std::span<float>(grad), weft::op::sum{}, pinned);
           }
           for (std::size_t i = 0; i < w.size(); ++i) w[i] += grad[i];
           st.advance();

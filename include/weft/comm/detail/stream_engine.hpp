@@ -1,56 +1,186 @@
-// Internal: message matching and progress over byte streams (shm rings, TCP connections). Each
+// Internal: message matching and progress over byte streams (shm rings, TCP connections), and the
+// data-frame layer of weft::comm's wire protocol (wire.hpp; docs/comm.md "Wire format"). Each
 // message travels as framed pieces (one per connection when striped); a receiver's posted buffer
-// is filled in place, frames nobody waits for yet are kept aside, and any thread blocked in the
-// engine drains every incoming stream, so two ranks sending to each other can never deadlock.
+// is filled in place, frames nobody waits for yet are kept aside (bounded), and any thread blocked
+// in the engine drains every incoming stream, so two ranks sending to each other never deadlock.
+// Every length from the wire is checked before it decides an allocation or a pointer; every
+// failure aborts the group, and the abort frames carry what each rank was waiting on, so the rank
+// that stalled is the one blamed (a wait-for graph, as in distributed deadlock detection,
+// Chandy, Misra & Haas, ACM TOCS 1983).
 #pragma once
 
+#include <weft/comm/comm_error.hpp>
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/descriptor.hpp>
 #include <weft/comm/detail/context.hpp>
+#include <weft/comm/detail/wire.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
 #include <vector>
+
+#include <sched.h>
 
 namespace weft::comm::detail {
 
-/// The wire header of one piece: channel, check word, whole message bytes, this piece's bytes,
-/// and, for a single-copy piece, the sender's address of the payload (0: the payload follows).
-struct frame_header {
-  std::uint32_t channel;
-  std::uint32_t check;
-  std::uint64_t total;
-  std::uint64_t piece;
-  std::uint64_t remote = 0;
+/// One part of a gathered write (header, then payload).
+struct io_part {
+  const std::byte* data;
+  std::size_t len;
 };
-inline constexpr std::size_t header_bytes = 32;
-inline constexpr std::uint32_t abort_channel = 0xffffffffu;
 
-/// Wants from a link (shm_link, tcp_link): non-blocking write_some/read_some per (peer, conn)
-/// returning the bytes moved (0 = would block; throws weft::error when the stream failed), a
-/// ticket() taken before trying, wait(ticket, until, write_peer) that returns when progress
-/// may be possible (or at `until`), poke() that wakes this rank's own waiters, check_alive(peer)
-/// (throws when the peer's process is gone), on_abort(why), and
-/// the single-copy hooks: remote_min() (pieces at least this big are read by the receiver from the
-/// sender's memory), remote_read(peer, addr, dst, n), remote_ack(peer), remote_post(peer) and
-/// remote_acked(peer) (counts of such pieces posted to / read by peer).
+/// How an engine is tuned; a plain value.
+struct engine_config {
+  wire_limits limits{};
+  wait_options waiting{};
+  int local_ranks = 0;  ///< ranks on this host; 0 means all of them (the size)
+  /// How long a failing rank keeps listening for the other ranks' "waiting on" reports before it
+  /// names the rank to blame (only when the failure itself does not name one, e.g. a timeout).
+  std::chrono::milliseconds blame_window{300};
+  /// How long a rank whose peer's stream broke keeps reading the other streams for that peer's
+  /// abort frame (which says why it left) before it reports the broken stream itself.
+  std::chrono::milliseconds drain_window{100};
+};
+
+/// Cores this process may run on (its affinity mask). O(1).
+inline int available_cores() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+/// automatic → spin when the host's ranks fit its cores, yield otherwise.
+inline wait_mode resolve_wait_mode(wait_mode m, int local_ranks) noexcept {
+  if (m != wait_mode::automatic) return m;
+  return local_ranks <= available_cores() ? wait_mode::spin : wait_mode::yield;
+}
+
+/// A sequentially consistent fence (the Dekker-style wake-up protocols need one). ThreadSanitizer
+/// does not model fences (and g++ refuses them under -fsanitize=thread), so there a read-modify-
+/// write of a private atomic, which is a full barrier on the hardware, stands in for it.
+inline void full_fence() noexcept {
+#if defined(__SANITIZE_THREAD__)
+  static std::atomic<int> barrier_word{0};
+  barrier_word.fetch_add(0, std::memory_order_seq_cst);
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  static std::atomic<int> barrier_word{0};
+  barrier_word.fetch_add(0, std::memory_order_seq_cst);
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// A lock for the engine's short critical sections (a stream's parse state, a stream's write
+/// side, the collective book): one atomic exchange to take, one store to release, so an
+/// uncontended message costs a few nanoseconds per lock; a waiter spins briefly, then yields.
+class spin_lock {
+ public:
+  bool try_lock() noexcept {
+    return !busy_.load(std::memory_order_relaxed) && !busy_.exchange(true, std::memory_order_acquire);
+  }
+  void lock() noexcept {
+    for (int i = 0; !try_lock(); ++i) {
+      if (i < 64)
+        cpu_relax();
+      else
+        std::this_thread::yield();
+    }
+  }
+  void unlock() noexcept { busy_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> busy_{false};
+};
+
+/// A fixed-capacity-first array: N elements inline, more on the heap. Elements are
+/// value-initialised. Used so a small message allocates nothing.
+template <class T, std::size_t N>
+class small_array {
+ public:
+  explicit small_array(std::size_t n) : n_(n) {
+    if (n > N) heap_.reset(new T[n]());
+  }
+  T* data() noexcept { return n_ > N ? heap_.get() : inline_.data(); }
+  std::size_t size() const noexcept { return n_; }
+  T& operator[](std::size_t i) noexcept { return data()[i]; }
+  T* begin() noexcept { return data(); }
+  T* end() noexcept { return data() + n_; }
+
+ private:
+  std::size_t n_;
+  std::array<T, N> inline_{};
+  std::unique_ptr<T[]> heap_;
+};
+
+/// Wants from a link (shm_link, tcp_link; tests use fake links):
+///  - write_some(peer, conn, const io_part* parts, int count): writes a prefix of the parts'
+///    bytes without blocking and returns how many (0 = would block); throws weft::error when the
+///    stream failed;
+///  - read_some(peer, conn, dst, n): reads up to n bytes without blocking (0 = none yet); throws
+///    weft::error when the stream failed or ended; commit_reads(peer, conn) then hands the room
+///    back to the writer (once per pump of the stream);
+///  - stage_bytes: 0 to read straight into the destination, else the size of a per-stream staging
+///    buffer (tcp: one recv(2) takes a header and a small payload together);
+///  - prepare_wait() then wait(token, until, write_peer): the engine arms the wake-up, tries
+///    everything once more, then waits (returning at once when until has passed) until a peer may
+///    have made progress possible (or until) or poke() is called; every prepare_wait is followed by
+///    one wait. poke() wakes this rank's own waiters that armed before it (the engine pokes after
+///    freeing a write lock and after a pump that finished a request, whose owner may be another
+///    thread asleep); check_alive(peer) throws when the peer's process is gone;
+///  - the single-copy hooks: remote_min() (pieces at least this big are read by the receiver from
+///    the sender's memory; SIZE_MAX: never), remote_read(peer, addr, dst, n), remote_ack(peer),
+///    remote_post(peer) and remote_acked(peer) (counts of such pieces posted to / read by peer);
+///  - on_abort(why): the group failed; shut the streams.
 template <class Link>
 class stream_engine {
  public:
-  stream_engine(Link& link, int rank, int size, int conns, std::size_t stripe_min, const char* name)
-      : link_(link), rank_(rank), size_(size), conns_(conns), stripe_min_(stripe_min), name_(name) {
+  stream_engine(Link& link, int rank, int size, int conns, std::size_t stripe_min, const char* name,
+                engine_config cfg = {})
+      : link_(link),
+        rank_(rank),
+        size_(size),
+        conns_(conns),
+        stripe_min_(stripe_min),
+        name_(name),
+        cfg_(cfg),
+        mode_(resolve_wait_mode(cfg.waiting.mode, cfg.local_ranks > 0 ? cfg.local_ranks : size)),
+        poll_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(mode_ == wait_mode::yield ? cfg.waiting.yield
+                                                                                                : cfg.waiting.spin)
+                     .count()),
+        book_(static_cast<std::size_t>(size)),
+        pending_(static_cast<std::size_t>(size)),
+        status_(static_cast<std::size_t>(size)) {
     for (int i = 0; i < size * conns; ++i) {
       rx_.push_back(std::make_unique<rx_state>());
       tx_.push_back(std::make_unique<tx_state>());
@@ -59,101 +189,293 @@ class stream_engine {
 
   void send(int peer, msg_tag tag, std::span<const std::byte> bytes, deadline until) {
     check_peer(peer, "send");
-    exchange(peer, bytes, true, -1, {}, tag, until, "send");
+    guarded_exchange(peer, bytes, true, -1, {}, tag, until, "send");
   }
   void recv(int peer, msg_tag tag, std::span<std::byte> bytes, deadline until) {
     check_peer(peer, "recv");
-    exchange(-1, {}, false, peer, bytes, tag, until, "recv");
+    guarded_exchange(-1, {}, false, peer, bytes, tag, until, "recv");
   }
   void sendrecv(int dst, std::span<const std::byte> out, int src, std::span<std::byte> in, msg_tag tag,
                 deadline until) {
     check_peer(dst, "sendrecv");
     check_peer(src, "sendrecv");
-    exchange(dst, out, true, src, in, tag, until, "sendrecv");
+    guarded_exchange(dst, out, true, src, in, tag, until, "sendrecv");
   }
 
-  /// Marks the group failed, tells every peer why (best effort, bounded), then lets the link shut
-  /// down. Idempotent. Thread-safe.
-  void abort(std::string_view why) {
-    {
-      std::lock_guard lock(abort_mutex_);
-      if (aborted_.load()) return;
-      abort_reason_ = concat("rank ", rank_, " aborted the group: ", why);
-      aborted_.store(true);
+  /// Starts collective number k+1 on (peer, channel) for every member peer: the descriptor goes
+  /// with the first frame to each, and a descriptor that a member already sent for this call is
+  /// compared now. Throws comm_error(mismatch) on a difference (and aborts the group).
+  void begin_collective(std::uint32_t channel, const collective_descriptor& d, std::span<const int> members) {
+    try {
+      begin_collective_impl(channel, d, members);
+    } catch (const comm_error&) {
+      throw;
+    } catch (const error& e) {
+      if (static_cast<errc>(e.code().value()) == errc::invalid_argument) throw;  // nothing changed
+      fault f;
+      f.code = static_cast<errc>(e.code().value());
+      f.channel = channel;
+      f.detail = e.what();
+      record_failure(f);
+      raise_group("begin", -1, -1, msg_tag{channel, 0}, -1);
+    } catch (const std::bad_alloc&) {
+      fault f;
+      f.code = errc::capacity;
+      f.channel = channel;
+      f.detail = "out of memory";
+      record_failure(f);
+      raise_group("begin", -1, -1, msg_tag{channel, 0}, -1);
     }
-    const std::string text = abort_reason_.substr(0, 1000);
-    const deadline until = clock_type::now() + std::chrono::milliseconds(200);
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank_) continue;
-      auto& tx = *tx_[index(q, 0)];
-      std::unique_lock lock(tx.m, std::defer_lock);
-      while (!lock.try_lock() && clock_type::now() < until) pump_all();
-      if (!lock.owns_lock() || tx.partial) continue;  // mid-message from another thread: rely on shutdown
-      std::array<std::byte, header_bytes> h{};
-      const frame_header fh{abort_channel, 0, text.size(), text.size(), 0};
-      std::memcpy(h.data(), &fh, header_bytes);
-      std::vector<std::byte> frame(h.begin(), h.end());
-      for (char ch : text) frame.push_back(static_cast<std::byte>(ch));
-      std::size_t off = 0;
-      try {
-        while (off < frame.size() && clock_type::now() < until) {
-          const auto ticket = link_.ticket();
-          const std::size_t n = link_.write_some(q, 0, frame.data() + off, frame.size() - off);
-          off += n;
-          if (n == 0) link_.wait(ticket, std::min(until, clock_type::now() + std::chrono::milliseconds(5)), q);
-        }
-      } catch (const error&) {  // that peer is gone already
-      }
-    }
-    link_.on_abort(abort_reason_);
   }
-
-  bool aborted() const noexcept { return aborted_.load(); }
 
  private:
+  void begin_collective_impl(std::uint32_t channel, const collective_descriptor& d, std::span<const int> members) {
+    if (failed_.load(std::memory_order_acquire)) raise_group("begin", -1, -1, msg_tag{channel, 0}, -1);
+    std::optional<fault> bad;
+    {
+      std::lock_guard lock(desc_mutex_);
+      for (int q : members)  // every member checked before anything changes
+        expects(q >= 0 && q < size_, errc::invalid_argument, name_, "rank ", rank_, " begin_collective: member ", q,
+                " is not a rank in [0, ", size_, ")");
+      auto each = [&](int q) {
+        if (q == rank_) return;
+        auto& pc = book_[static_cast<std::size_t>(q)][channel];
+        if (pc.seq != 0) pc.past[pc.seq % peer_channel::history] = pc.desc;
+        ++pc.seq;
+        pc.desc = d;
+        pc.sent = 0;
+        auto& pend = pending_[static_cast<std::size_t>(q)];
+        for (auto it = pend.begin(); it != pend.end();) {
+          if (it->channel != channel || it->seq > pc.seq) {
+            ++it;
+            continue;
+          }
+          if (it->seq == pc.seq && !bad) {
+            if (auto diff = first_difference(d, it->desc)) bad = mismatch_fault(q, channel, pc.seq, *diff);
+          }
+          it = pend.erase(it);
+        }
+      };
+      if (members.empty())
+        for (int q = 0; q < size_; ++q) each(q);
+      else
+        for (int q : members) each(q);
+    }
+    if (bad) {
+      record_failure(*bad);
+      raise_group("begin", -1, bad->blamed, msg_tag{channel, 0}, -1);
+    }
+  }
+
+ public:
+  /// Marks the group failed (if it was not), tells every peer why and what this rank waited on
+  /// (best effort, bounded), then lets the link shut down. Idempotent. Thread-safe.
+  void abort(std::string_view why) {
+    fault f;
+    f.code = errc::aborted;
+    f.detail = concat("rank ", rank_, " aborted the group: ", why.substr(0, abort_max_string_bytes / 2));
+    record_failure(f);
+    send_status(-1);
+    shut_down();
+  }
+
+  /// abort(why) with the failure's fields (blamed rank, disagreement), for the other ranks' errors.
+  void abort(const comm_error& e) {
+    const failure_info& i = e.info();
+    fault f;
+    f.code = e.code_value();
+    f.blamed = i.blamed;
+    f.channel = i.channel;
+    f.sequence = i.sequence;
+    f.field = i.field;
+    f.here = i.here;
+    f.there = i.there;
+    f.detail = std::string(e.what()).substr(0, abort_max_string_bytes / 2);
+    record_failure(f);
+    send_status(-1);
+    shut_down();
+  }
+
+  bool aborted() const noexcept { return failed_.load(std::memory_order_acquire); }
+  wait_mode waiting() const noexcept { return mode_; }
+  /// How long a waiter polls before it sleeps, right now (adapted to how often polling paid off).
+  std::chrono::nanoseconds poll_budget() const noexcept {
+    return std::chrono::nanoseconds(poll_ns_.load(std::memory_order_relaxed));
+  }
+
+ private:
+  // Adaptive polling (as adaptive mutexes spin): a wait whose polling ended in progress doubles the
+  // budget (up to the configured one), one that had to sleep anyway halves it, down to an eighth of
+  // the configured budget — still longer than a futex or poll wake-up, so when two ranks have both
+  // fallen back to sleeping, the answer to a woken one lands within the budget and polling recovers.
+  // A rank whose peers answer within microseconds keeps polling; one on a busy host polls less.
+  void adapt_poll(bool paid_off) noexcept {
+    const std::int64_t top = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 mode_ == wait_mode::yield ? cfg_.waiting.yield : cfg_.waiting.spin)
+                                 .count();
+    const std::int64_t floor = top / 8;
+    const std::int64_t cur = poll_ns_.load(std::memory_order_relaxed);
+    const std::int64_t next = paid_off ? std::min(top, cur * 2) : std::max(floor, cur / 2);
+    if (next != cur) poll_ns_.store(next, std::memory_order_relaxed);
+  }
+
+  // ---- failures --------------------------------------------------------------------------------
+  // A failure as the engine knows it before it becomes a comm_error.
+  struct fault {
+    errc code = errc::io;
+    int blamed = -1;
+    int origin = -1;  // -1: this rank
+    std::uint32_t channel = 0, sequence = 0;
+    std::string detail, field, here, there;
+  };
+  struct rank_status {
+    bool reported = false;
+    int waiting_on = -1, blamed = -1;
+    errc code = errc::aborted;
+  };
+
+  fault mismatch_fault(int peer, std::uint32_t channel, std::uint32_t seq, const descriptor_difference& d) const {
+    fault f;
+    f.code = errc::mismatch;
+    f.blamed = peer;
+    f.channel = channel;
+    f.sequence = seq;
+    f.field = d.field;
+    f.here = d.here;
+    f.there = d.there;
+    f.detail = "the ranks disagree about the collective: " + explain(d, peer);
+    return f;
+  }
+
+  // Records f as the group's failure unless one is recorded already (the first one wins: it is
+  // the cause, later ones are consequences). Returns true when f became the group's failure.
+  bool record_failure(const fault& f) {
+    std::lock_guard lock(fail_mutex_);
+    if (failed_.load(std::memory_order_relaxed)) return false;
+    group_ = f;
+    if (group_.origin < 0) group_.origin = rank_;
+    failed_.store(true, std::memory_order_release);
+    return true;
+  }
+
+  // ---- per-(peer, channel) collective bookkeeping ------------------------------------------------
+  struct peer_channel {
+    std::uint32_t seq = 0;
+    std::uint64_t sent = 0;  // connections (bits) the descriptor of seq went out on already
+    collective_descriptor desc{};
+    // The last few collectives' descriptors: a rank whose part only sent (a broadcast root) may
+    // have moved on before the peer's descriptor for that call arrives; it is still compared.
+    static constexpr std::uint32_t history = 4;
+    std::array<collective_descriptor, history> past{};
+    const collective_descriptor* at(std::uint32_t s) const {
+      if (s == seq) return &desc;
+      if (s == 0 || s > seq || seq - s >= history) return nullptr;
+      return &past[s % history];
+    }
+  };
+  struct pending_descriptor {
+    std::uint32_t channel, seq;
+    collective_descriptor desc;
+  };
+
+  // A descriptor arrived from `peer`; rx lock held. Returns a protocol fault when the peer has sent
+  // more descriptors ahead of this rank than the limit allows.
+  std::optional<fault> on_descriptor(int peer, std::uint32_t channel, std::uint32_t seq,
+                                     const collective_descriptor& d) {
+    std::optional<fault> bad;
+    {
+      std::lock_guard lock(desc_mutex_);
+      auto& chans = book_[static_cast<std::size_t>(peer)];
+      const auto it = chans.find(channel);
+      const collective_descriptor* mine = it != chans.end() ? it->second.at(seq) : nullptr;
+      if (mine) {
+        if (auto diff = first_difference(*mine, d)) bad = mismatch_fault(peer, channel, seq, *diff);
+      } else if (it == chans.end() || seq > it->second.seq) {
+        auto& pend = pending_[static_cast<std::size_t>(peer)];
+        if (pend.size() >= cfg_.limits.max_pending_descriptors) {
+          fault f;
+          f.code = errc::capacity;
+          f.blamed = peer;
+          f.channel = channel;
+          f.detail = concat("peer ", peer, " began more than max_pending_descriptors (",
+                            cfg_.limits.max_pending_descriptors, ") collectives this rank has not begun");
+          return f;
+        }
+        pend.push_back({channel, seq, d});
+      }  // else a late descriptor of a collective this rank finished: the frame itself still matches
+    }
+    if (bad) record_failure(*bad);
+    return std::nullopt;
+  }
+
+  // ---- streams --------------------------------------------------------------------------------
   struct request {
-    std::uint32_t channel = 0, check = 0;
+    std::uint32_t channel = 0, check = 0, seq = 0;
     std::uint64_t total = 0;
     std::byte* dst = nullptr;
     std::size_t len = 0;
     int peer = 0, conn = 0;
-    bool done = false, failed = false, deferred = false, posted = false;
-    errc code = errc::io;
-    std::string error;
+    // Completion is published by whichever thread pumps the stream (under the stream's lock) and
+    // read by the thread that owns the request (without it): done is stored last, with release.
+    std::atomic<bool> done{false}, failed{false}, posted{false};
+    bool deferred = false;     // only the owner touches it
+    std::optional<fault> why;  // written before done when failed
+    bool is_done() const noexcept { return done.load(std::memory_order_acquire); }
+  };
+  // A buffer for a frame kept aside: not zeroed (it is written before it is read) and reused, so a
+  // peer that runs a step ahead costs neither page faults nor clearing per frame.
+  struct frame_buffer {
+    std::unique_ptr<std::byte[]> bytes;
+    std::size_t capacity = 0;
   };
   struct frame {
-    std::uint32_t check;
-    std::uint64_t total;
-    std::vector<std::byte> bytes;
+    std::uint32_t check = 0, seq = 0;
+    std::uint64_t total = 0;
+    frame_buffer buf;
+    std::size_t size = 0;
     bool complete = false;
+    bool failed = false;  // its single-copy payload could not be read
   };
+  enum class rx_phase : std::uint8_t { header, payload };
   struct rx_state {
-    std::mutex m;
-    std::array<std::byte, header_bytes> hdr{};
-    std::size_t hdr_got = 0;
-    bool in_payload = false, abort_frame = false;
-    std::byte* target = nullptr;
+    spin_lock m;
+    rx_phase phase = rx_phase::header;
+    std::array<std::byte, frame_header_bytes + descriptor_wire_bytes + frame_remote_bytes> hdr{};
+    std::size_t got = 0, need = frame_header_bytes;
+    bool parsed = false;  // the fixed header of hdr is decoded (need covers its extensions)
+    frame_kind kind = frame_kind::data;
+    std::uint8_t flags = 0;
+    std::uint32_t channel = 0, seq = 0, check = 0;
+    std::uint64_t total = 0, piece = 0;
+    std::byte* target = nullptr;  // nullptr while in payload: discard
     std::size_t remaining = 0;
     request* cur = nullptr;
     frame* cur_frame = nullptr;
-    std::vector<std::byte> discard, abort_text;
+    std::vector<std::byte> abort_body, scratch, stage;
+    std::size_t stage_pos = 0, stage_end = 0;
     std::deque<request*> posted;
-    std::map<std::uint32_t, std::deque<frame>> unexpected;
+    std::unordered_map<std::uint32_t, std::deque<frame>> unexpected;
+    std::uint64_t unexpected_bytes = 0, unexpected_frames = 0;
+    std::vector<frame_buffer> spare;  // buffers of frames already taken, for the next ones
+    // Requests of this stream completed or failed so far. The thread that pumps is often not the
+    // one that owns the request, and that owner may be asleep in the link's wait (its wake-up,
+    // the peer's bytes, was taken by the pumping thread): a pump that finished one pokes.
+    std::uint64_t finished = 0;
     bool closed = false;
-    errc close_code = errc::peer_failure;
-    std::string close_reason;
+    fault close_why;
   };
   struct tx_state {
-    std::mutex m;
-    bool partial = false;  // a message is half written (abort must not interleave a frame)
+    spin_lock m;
+    bool partial = false;  // a message is half written (nothing else may go on this stream)
   };
   struct piece_out {
-    int conn;
-    std::array<std::byte, header_bytes> hdr;
-    const std::byte* data;
-    std::size_t len, off = 0;  // off counts header + payload bytes written
-    bool remote = false;       // single copy: the receiver reads len bytes from data itself
-    std::uint64_t seq = 0;     // the link's count of remote pieces to dst once this one is posted
+    int conn = 0;
+    std::array<std::byte, frame_header_bytes + descriptor_wire_bytes + frame_remote_bytes> hdr{};
+    std::size_t hdr_len = 0;
+    const std::byte* data = nullptr;
+    std::size_t len = 0, off = 0;  // off counts header + payload bytes written
+    bool remote = false;           // single copy: the receiver reads len bytes from data itself
+    std::uint64_t seq = 0;         // the link's count of remote pieces to dst once this one is posted
   };
 
   std::size_t index(int peer, int conn) const {
@@ -166,127 +488,383 @@ class stream_engine {
             ": peer ", peer, " must be another rank in [0, ", size_, ")");
   }
 
-  static void fail(request& r, errc code, std::string msg) {
-    if (r.done) return;
-    r.failed = true;
-    r.done = true;
-    r.code = code;
-    r.error = std::move(msg);
+  static void fail(request& r, const fault& f) {
+    if (r.done.load(std::memory_order_relaxed)) return;
+    r.why.emplace(f);
+    r.failed.store(true, std::memory_order_relaxed);
+    r.done.store(true, std::memory_order_release);
   }
 
-  void close_rx(rx_state& rx, errc code, const std::string& reason) {
+  void close_rx(rx_state& rx, const fault& f) {
     rx.closed = true;
-    rx.close_code = code;
-    rx.close_reason = reason;
-    for (request* r : rx.posted) fail(*r, code, reason);
+    rx.close_why = f;
+    for (request* r : rx.posted) {
+      r->posted.store(false, std::memory_order_relaxed);
+      fail(*r, f);
+    }
+    rx.finished += rx.posted.size() + (rx.cur ? 1 : 0);
     rx.posted.clear();
-    if (rx.cur) fail(*rx.cur, code, reason);
+    if (rx.cur) fail(*rx.cur, f);
     rx.cur = nullptr;
-    if (code == errc::aborted) {  // the whole group is failing: stop everything here too
-      std::lock_guard lock(abort_mutex_);
-      if (!aborted_.load()) {
-        abort_reason_ = reason;
-        aborted_.store(true);
+  }
+
+  static void encode_header(std::byte* p, frame_kind kind, std::uint8_t flags, std::uint32_t channel, std::uint32_t seq,
+                            std::uint32_t check, std::uint64_t total, std::uint64_t piece) noexcept {
+    put_le<std::uint16_t>(p, frame_marker);
+    p[2] = static_cast<std::byte>(kind);
+    p[3] = static_cast<std::byte>(flags);
+    put_le<std::uint32_t>(p + 4, channel);
+    put_le<std::uint32_t>(p + 8, seq);
+    put_le<std::uint32_t>(p + 12, check);
+    put_le<std::uint64_t>(p + 16, total);
+    put_le<std::uint64_t>(p + 24, piece);
+  }
+
+  static fault protocol_fault(int peer, errc code, std::string what) {
+    fault f;
+    f.code = code;
+    f.blamed = peer;
+    f.detail = concat("protocol violation by peer ", peer, ": ", what);
+    return f;
+  }
+
+  // Reads into dst through the stream's staging buffer (when the link wants one). rx.m held.
+  std::size_t rx_fill(rx_state& rx, int peer, int conn, std::byte* dst, std::size_t n) {
+    if (n == 0) return 0;
+    if constexpr (Link::stage_bytes == 0) {
+      return link_.read_some(peer, conn, dst, n);
+    } else {
+      if (rx.stage_pos == rx.stage_end) {
+        if (n >= Link::stage_bytes / 2) return link_.read_some(peer, conn, dst, n);  // big: no extra copy
+        if (rx.stage.empty()) rx.stage.resize(Link::stage_bytes);
+        rx.stage_pos = 0;
+        rx.stage_end = link_.read_some(peer, conn, rx.stage.data(), rx.stage.size());
+        if (rx.stage_end == 0) return 0;
       }
+      const std::size_t k = std::min(n, rx.stage_end - rx.stage_pos);
+      std::memcpy(dst, rx.stage.data() + rx.stage_pos, k);
+      rx.stage_pos += k;
+      return k;
     }
   }
 
-  // Validates a frame against a request; returns an empty string when they agree.
-  static std::string disagreement(const request& r, std::uint32_t check, std::uint64_t total, std::uint64_t piece) {
-    if (check != r.check) return "the ranks disagree about the operation: " + explain_check_difference(r.check, check);
-    if (total != r.total || piece != r.len)
-      return concat("the peer sent a message of ", total, " bytes but this rank expects ", r.total);
-    return {};
+  // Decodes and bounds the fixed header in rx.hdr; sets rx.need to header + extensions.
+  std::optional<fault> parse_header(rx_state& rx, int peer) {
+    const std::byte* p = rx.hdr.data();
+    const auto marker = get_le<std::uint16_t>(p);
+    if (marker != frame_marker)
+      return protocol_fault(peer, errc::parse,
+                            concat("frame marker 0x", std::hex, marker, " is not 0x", frame_marker,
+                                   " (the stream is out of step, or the peer speaks another protocol)"));
+    rx.kind = static_cast<frame_kind>(p[2]);
+    rx.flags = static_cast<std::uint8_t>(p[3]);
+    rx.channel = get_le<std::uint32_t>(p + 4);
+    rx.seq = get_le<std::uint32_t>(p + 8);
+    rx.check = get_le<std::uint32_t>(p + 12);
+    rx.total = get_le<std::uint64_t>(p + 16);
+    rx.piece = get_le<std::uint64_t>(p + 24);
+    if (rx.kind != frame_kind::data && rx.kind != frame_kind::abort)
+      return protocol_fault(peer, errc::parse, concat("unknown frame kind ", static_cast<unsigned>(p[2])));
+    if ((rx.flags & ~frame_flags_known) != 0)
+      return protocol_fault(peer, errc::parse, concat("unknown frame flags 0x", std::hex, unsigned{rx.flags}));
+    if (rx.piece > rx.total)
+      return protocol_fault(peer, errc::parse, concat("piece of ", rx.piece, " bytes in a message of ", rx.total));
+    if (rx.kind == frame_kind::abort) {
+      if (rx.flags != 0 || rx.piece != rx.total || rx.total < abort_fixed_bytes ||
+          rx.total > cfg_.limits.max_abort_bytes)
+        return protocol_fault(
+            peer, errc::parse,
+            concat("abort frame of ", rx.total, " bytes (piece ", rx.piece, ", flags ", unsigned{rx.flags},
+                   "); it must be one piece of ", abort_fixed_bytes, " to ", cfg_.limits.max_abort_bytes, " bytes"));
+    } else {
+      if (rx.total > cfg_.limits.max_message_bytes)
+        return protocol_fault(
+            peer, errc::capacity,
+            concat("message of ", rx.total, " bytes exceeds max_message_bytes ", cfg_.limits.max_message_bytes));
+      if ((rx.flags & frame_flag_remote) && link_.remote_min() == SIZE_MAX)
+        return protocol_fault(peer, errc::parse, "a single-copy piece on a link that has none");
+    }
+    rx.need = frame_header_bytes + ((rx.flags & frame_flag_descriptor) ? descriptor_wire_bytes : 0) +
+              ((rx.flags & frame_flag_remote) ? frame_remote_bytes : 0);
+    rx.parsed = true;
+    return std::nullopt;
   }
 
-  // A single-copy piece: read the payload straight out of the sender's memory into wherever
-  // begin_payload chose, then tell the sender its buffer is free.
-  void take_remote(rx_state& rx, int peer, std::uint64_t addr) {
-    if (rx.remaining > 0) link_.remote_read(peer, addr, rx.target, rx.remaining);
-    rx.target += rx.remaining;
-    rx.remaining = 0;
-    link_.remote_ack(peer);
+  // What the sender says about a frame, to compare with what a receive expects.
+  struct frame_facts {
+    std::uint32_t seq, check;
+    std::uint64_t total, piece;
+  };
+
+  std::optional<fault> check_request(const request& r, const frame_facts& f, int peer) const {
+    fault out;
+    out.code = errc::mismatch;
+    out.blamed = peer;
+    out.channel = r.channel;
+    out.sequence = r.seq;
+    if (r.seq != 0 && f.seq != 0 && r.seq != f.seq) {
+      out.field = "collective sequence";
+      out.here = std::to_string(r.seq);
+      out.there = std::to_string(f.seq);
+      out.detail = concat("the ranks call collectives on channel ", r.channel, " in different orders: collective #",
+                          r.seq, " here, #", f.seq, " at rank ", peer);
+      return out;
+    }
+    if (f.check != r.check) {
+      out.field = "operation";
+      out.detail = "the ranks disagree about the operation: " + explain_check_difference(r.check, f.check) + " (rank " +
+                   std::to_string(peer) + ")";
+      return out;
+    }
+    if (f.total != r.total || f.piece != r.len) {
+      out.field = "message bytes";
+      out.here = std::to_string(r.total);
+      out.there = std::to_string(f.total);
+      out.detail = concat("message bytes ", r.total, " here, ", f.total, " at rank ", peer);
+      return out;
+    }
+    return std::nullopt;
   }
 
-  void begin_payload(rx_state& rx, const frame_header& h) {
-    rx.in_payload = true;
-    rx.remaining = static_cast<std::size_t>(h.piece);
-    if (h.channel == abort_channel) {
-      rx.abort_frame = true;
-      rx.abort_text.assign(rx.remaining, std::byte{0});
-      rx.target = rx.abort_text.data();
-      return;
+  // Header and extensions are in; decide where the payload goes. rx.m held.
+  std::optional<fault> begin_payload(rx_state& rx, int peer, int conn) {
+    rx.phase = rx_phase::payload;
+    rx.remaining = static_cast<std::size_t>(rx.piece);  // piece <= total <= limits: fits
+    rx.target = nullptr;
+    rx.cur = nullptr;
+    rx.cur_frame = nullptr;
+    if (rx.kind == frame_kind::abort) {
+      rx.abort_body.resize(rx.remaining);  // bounded by max_abort_bytes
+      rx.target = rx.abort_body.data();
+      return std::nullopt;
+    }
+    if (rx.flags & frame_flag_descriptor) {
+      const auto d = decode(
+          std::span<const std::byte, descriptor_wire_bytes>(rx.hdr.data() + frame_header_bytes, descriptor_wire_bytes));
+      if (auto f = on_descriptor(peer, rx.channel, rx.seq, d)) return f;
     }
     for (auto it = rx.posted.begin(); it != rx.posted.end(); ++it) {
       request* r = *it;
-      if (r->channel != h.channel) continue;
+      if (r->channel != rx.channel) continue;
       rx.posted.erase(it);
-      r->posted = false;
-      const std::string why = disagreement(*r, h.check, h.total, h.piece);
-      if (!why.empty()) {
-        fail(*r, errc::mismatch, why);
-        rx.discard.assign(rx.remaining, std::byte{0});
-        rx.target = rx.discard.data();
-        rx.cur = nullptr;
+      r->posted.store(false, std::memory_order_relaxed);
+      if (auto f = check_request(*r, frame_facts{rx.seq, rx.check, rx.total, rx.piece}, peer)) {
+        fail(*r, *f);
+        record_failure(*f);
       } else {
         rx.target = r->dst;
         rx.cur = r;
       }
-      return;
+      return std::nullopt;
     }
-    auto& q = rx.unexpected[h.channel];
-    q.push_back(frame{h.check, h.total, std::vector<std::byte>(rx.remaining), false});
+    // Nobody waits for it yet: keep it, within the limits, before allocating anything.
+    if (rx.unexpected_frames + 1 > cfg_.limits.max_unexpected_frames ||
+        rx.unexpected_bytes + rx.piece > cfg_.limits.max_unexpected_bytes)
+      return protocol_fault(
+          peer, errc::capacity,
+          concat("peer ", peer, " (connection ", conn, ") sent ", rx.unexpected_frames + 1, " frames / ",
+                 rx.unexpected_bytes + rx.piece,
+                 " bytes that no receive has asked for yet; the limits are max_unexpected_frames ",
+                 cfg_.limits.max_unexpected_frames, " and max_unexpected_bytes ", cfg_.limits.max_unexpected_bytes));
+    auto& q = rx.unexpected[rx.channel];
+    frame f{rx.check, rx.seq, rx.total, take_buffer(rx, rx.remaining), rx.remaining, false, false};
+    q.push_back(std::move(f));
+    rx.unexpected_frames += 1;
+    rx.unexpected_bytes += rx.piece;
     rx.cur_frame = &q.back();
-    rx.target = rx.cur_frame->bytes.data();
+    rx.target = rx.cur_frame->buf.bytes.get();
+    return std::nullopt;
   }
 
-  void end_payload(rx_state& rx) {
-    rx.in_payload = false;
-    if (rx.abort_frame) {
-      rx.abort_frame = false;
-      std::string text(reinterpret_cast<const char*>(rx.abort_text.data()), rx.abort_text.size());
-      close_rx(rx, errc::aborted, text);
+  // A buffer of at least n bytes: a spare one when one is big enough, else a new one (rounded up, so
+  // frames of similar sizes share buffers). rx.m held.
+  static frame_buffer take_buffer(rx_state& rx, std::size_t n) {
+    auto best = rx.spare.end();
+    for (auto it = rx.spare.begin(); it != rx.spare.end(); ++it)
+      if (it->capacity >= n && (best == rx.spare.end() || it->capacity < best->capacity)) best = it;
+    if (best != rx.spare.end()) {
+      frame_buffer b = std::move(*best);
+      rx.spare.erase(best);
+      return b;
+    }
+    const std::size_t cap = std::max<std::size_t>(64, std::bit_ceil(std::max<std::size_t>(n, 1)));
+    return frame_buffer{std::make_unique_for_overwrite<std::byte[]>(cap), cap};
+  }
+  // Keeps a few buffers (up to 4, up to 64 MiB together) for the next frames. rx.m held.
+  static void give_back(rx_state& rx, frame_buffer b) {
+    std::size_t kept = b.capacity;
+    for (const auto& x : rx.spare) kept += x.capacity;
+    if (rx.spare.size() < 4 && kept <= (std::size_t{64} << 20)) rx.spare.push_back(std::move(b));
+  }
+
+  // Parses an abort body: records the sender's status, and the failure if it is the first. rx.m held.
+  std::optional<fault> take_abort(rx_state& rx, int peer) {
+    const std::byte* p = rx.abort_body.data();
+    const std::size_t n = rx.abort_body.size();
+    const auto origin = get_le<std::uint32_t>(p);
+    const auto blamed = get_le<std::int32_t>(p + 4);
+    const auto waiting_on = get_le<std::int32_t>(p + 8);
+    const auto code = get_le<std::uint32_t>(p + 12);
+    const auto channel = get_le<std::uint32_t>(p + 16);
+    const auto first = get_le<std::uint32_t>(p + 20);
+    if (origin != static_cast<std::uint32_t>(peer) || blamed < -1 || blamed >= size_ || waiting_on < -1 ||
+        waiting_on >= size_ || code < 1 || code > static_cast<std::uint32_t>(errc::aborted) ||
+        first >= static_cast<std::uint32_t>(size_))
+      return protocol_fault(peer, errc::parse,
+                            concat("abort frame with origin ", origin, ", blamed ", blamed, ", waiting_on ", waiting_on,
+                                   ", code ", code));
+    std::array<std::string, 4> s;
+    std::size_t at = abort_fixed_bytes;
+    for (auto& str : s) {
+      if (at + 2 > n) return protocol_fault(peer, errc::parse, "abort frame ends inside a string length");
+      const std::size_t len = get_le<std::uint16_t>(p + at);
+      at += 2;
+      if (len > abort_max_string_bytes || at + len > n)
+        return protocol_fault(peer, errc::parse, concat("abort frame string of ", len, " bytes runs past its end"));
+      str.assign(reinterpret_cast<const char*>(p + at), len);
+      for (char& c : str)
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n') c = '?';
+      at += len;
+    }
+    {
+      std::lock_guard lock(fail_mutex_);
+      auto& st = status_[static_cast<std::size_t>(peer)];
+      st.reported = true;
+      st.waiting_on = waiting_on;
+      st.blamed = blamed;
+      st.code = static_cast<errc>(code);
+    }
+    fault f;
+    f.code = errc::aborted;
+    f.origin = static_cast<int>(first);
+    f.blamed = blamed;
+    f.channel = channel;
+    f.detail = s[0];
+    f.field = s[1];
+    f.here = s[2];
+    f.there = s[3];
+    record_failure(f);
+    link_.poke();  // a thread of ours may sleep on another stream
+    return std::nullopt;
+  }
+
+  void end_payload(rx_state& rx, int peer) {
+    rx.phase = rx_phase::header;
+    rx.got = 0;
+    rx.need = frame_header_bytes;
+    rx.parsed = false;
+    if (rx.kind == frame_kind::abort) {
+      auto f = take_abort(rx, peer);
+      rx.abort_body.clear();
+      if (f) {
+        record_failure(*f);
+        close_rx(rx, *f);
+      }
       return;
     }
     if (rx.cur) {
-      rx.cur->done = true;
+      rx.cur->done.store(true, std::memory_order_release);
       rx.cur = nullptr;
+      ++rx.finished;
     } else if (rx.cur_frame) {
       rx.cur_frame->complete = true;
       rx.cur_frame = nullptr;
     }
   }
 
-  // Reads whatever the stream (peer, conn) has; rx.m must be held. Returns bytes consumed.
+  // Reads whatever the stream (peer, conn) has; rx.m must be held. Returns bytes consumed (or 1
+  // when the stream failed, so the caller looks at its requests).
   std::size_t pump(rx_state& rx, int peer, int conn) {
     std::size_t progressed = 0;
+    struct commit_guard {  // on every way out: hand the consumed room back once, wake owners once
+      Link& link;
+      int peer, conn;
+      std::size_t& progressed;
+      const std::uint64_t& finished;
+      std::uint64_t finished_before;
+      ~commit_guard() {
+        if (progressed > 0) link.commit_reads(peer, conn);
+        if (finished != finished_before) link.poke();  // a request's owner may sleep in wait()
+      }
+    } commit{link_, peer, conn, progressed, rx.finished, rx.finished};
     try {
       while (!rx.closed) {
-        if (!rx.in_payload) {
-          const std::size_t n = link_.read_some(peer, conn, rx.hdr.data() + rx.hdr_got, header_bytes - rx.hdr_got);
+        if (rx.phase == rx_phase::header) {
+          const std::size_t n = rx_fill(rx, peer, conn, rx.hdr.data() + rx.got, rx.need - rx.got);
           if (n == 0) break;
           progressed += n;
-          rx.hdr_got += n;
-          if (rx.hdr_got < header_bytes) continue;
-          rx.hdr_got = 0;
-          frame_header h;
-          std::memcpy(&h, rx.hdr.data(), header_bytes);
-          begin_payload(rx, h);
-          if (h.remote != 0 && h.channel != abort_channel) take_remote(rx, peer, h.remote);
+          rx.got += n;
+          if (rx.got < rx.need) continue;
+          if (!rx.parsed) {
+            if (auto f = parse_header(rx, peer)) {
+              record_failure(*f);
+              close_rx(rx, *f);
+              break;
+            }
+            if (rx.got < rx.need) continue;  // extensions follow
+          }
+          if (auto f = begin_payload(rx, peer, conn)) {
+            record_failure(*f);
+            close_rx(rx, *f);
+            break;
+          }
+          if (rx.flags & frame_flag_remote) {  // single copy: read the payload from the sender's memory
+            const auto addr = get_le<std::uint64_t>(rx.hdr.data() + rx.need - frame_remote_bytes);
+            try {
+              if (rx.remaining > 0 && rx.target) link_.remote_read(peer, addr, rx.target, rx.remaining);
+            } catch (const error& e) {
+              // The sender's buffer is gone (it failed and unwound, or exited). Its abort frame
+              // may follow in the stream: fail only what this piece was for, and read on.
+              fault f;
+              f.code = errc::peer_failure;
+              f.blamed = peer;
+              f.detail = e.what();
+              if (rx.cur) {
+                fail(*rx.cur, f);
+                ++rx.finished;
+              }
+              rx.cur = nullptr;
+              if (rx.cur_frame) rx.cur_frame->failed = true;
+            }
+            rx.remaining = 0;
+            link_.remote_ack(peer);
+          }
         } else if (rx.remaining > 0) {
-          const std::size_t n = link_.read_some(peer, conn, rx.target, rx.remaining);
+          std::byte* dst = rx.target;
+          std::size_t want = rx.remaining;
+          if (!dst) {  // discarding: through a bounded scratch buffer
+            if (rx.scratch.empty()) rx.scratch.resize(16 * 1024);
+            dst = rx.scratch.data();
+            want = std::min(want, rx.scratch.size());
+          }
+          const std::size_t n = rx_fill(rx, peer, conn, dst, want);
           if (n == 0) break;
           progressed += n;
-          rx.target += n;
+          if (rx.target) rx.target += n;
           rx.remaining -= n;
         }
-        if (rx.in_payload && rx.remaining == 0) end_payload(rx);
+        if (rx.phase == rx_phase::payload && rx.remaining == 0) end_payload(rx, peer);
       }
     } catch (const error& e) {
-      close_rx(rx, static_cast<errc>(e.code().value()), e.what());
-      ++progressed;  // something changed: let the caller look at its requests
+      fault f;
+      f.code = static_cast<errc>(e.code().value());
+      f.blamed = peer;
+      f.detail = e.what();
+      close_rx(rx, f);
+      ++progressed;
+    } catch (const std::bad_alloc&) {
+      close_rx(rx, protocol_fault(peer, errc::capacity, "out of memory while receiving a frame"));
+      ++progressed;
     }
     return progressed;
+  }
+
+  // Reads every stream; when nothing came, sleeps until something may have (or until).
+  void pump_or_sleep(deadline until, int write_peer = -1) {
+    if (pump_all() > 0) return;
+    const auto token = link_.prepare_wait();
+    const bool moved = pump_all() > 0;
+    link_.wait(token, moved ? clock_type::now() : until, write_peer);
   }
 
   std::size_t pump_all() {
@@ -312,209 +890,589 @@ class stream_engine {
         r.deferred = true;
         return;
       }
-      const std::string why = disagreement(r, f.check, f.total, f.bytes.size());
-      if (!why.empty())
-        fail(r, errc::mismatch, why);
-      else {
-        if (r.len) std::memcpy(r.dst, f.bytes.data(), r.len);
-        r.done = true;
+      auto why = check_request(r, frame_facts{f.seq, f.check, f.total, f.size}, r.peer);
+      if (!why && f.failed) {
+        fault lost;
+        lost.code = errc::peer_failure;
+        lost.blamed = r.peer;
+        lost.detail = concat("the payload of a message from peer ", r.peer, " could not be read (the peer failed)");
+        why = lost;
       }
+      if (why) {
+        fail(r, *why);
+        if (why->code == errc::mismatch) record_failure(*why);
+      } else {
+        if (r.len) std::memcpy(r.dst, f.buf.bytes.get(), r.len);
+        r.done.store(true, std::memory_order_release);
+      }
+      rx.unexpected_bytes -= f.size;
+      give_back(rx, std::move(f.buf));
+      rx.unexpected_frames -= 1;
       it->second.pop_front();
+      if (it->second.empty()) rx.unexpected.erase(it);
       return;
     }
     if (rx.closed) {
-      fail(r, rx.close_code, rx.close_reason);
+      fail(r, rx.close_why);
       return;
     }
     rx.posted.push_back(&r);
-    r.posted = true;
+    r.posted.store(true, std::memory_order_relaxed);
   }
 
-  // Removes r from its stream if it is still referenced there (on the way out with an error).
+  // Removes r from its stream if it is still referenced there; rx.m must be held. Afterwards no
+  // other thread can complete r. Returns true when part of r's piece had arrived (it is cut off).
+  bool detach_locked(rx_state& rx, request& r) {
+    if (r.posted.load(std::memory_order_relaxed)) {
+      rx.posted.erase(std::remove(rx.posted.begin(), rx.posted.end(), &r), rx.posted.end());
+      r.posted.store(false, std::memory_order_relaxed);
+    }
+    if (rx.cur == &r) {  // the rest of this piece goes nowhere
+      rx.target = nullptr;
+      rx.cur = nullptr;
+      return true;
+    }
+    return false;
+  }
+  // On the way out with an error.
   void detach(request& r) {
     auto& rx = *rx_[index(r.peer, r.conn)];
     std::lock_guard lock(rx.m);
-    if (r.posted) {
-      rx.posted.erase(std::remove(rx.posted.begin(), rx.posted.end(), &r), rx.posted.end());
-      r.posted = false;
+    detach_locked(rx, r);
+  }
+  // At the deadline, for a request not seen done: under its stream's lock (so a thread that is
+  // pumping the stream finishes first), takes a frame that completed meanwhile for a deferred
+  // request, then takes r off the stream. r is done afterwards exactly when its message arrived
+  // whole: a completion that races the deadline wins, and nothing delivered is thrown away.
+  // Returns true when r's piece had partly arrived and is now cut off.
+  bool settle_at_deadline(request& r) {
+    auto& rx = *rx_[index(r.peer, r.conn)];
+    std::lock_guard lock(rx.m);
+    if (r.deferred && !r.is_done()) post(rx, r);
+    return !r.is_done() && detach_locked(rx, r);
+  }
+
+  // ---- abort, status and blame ----------------------------------------------------------------
+  // Sends this rank's status (an abort frame: the group's failure and what this rank waited on) to
+  // every peer, once. Bounded: a stream another thread is writing, or that stays full, is skipped.
+  void send_status(int waiting_on) {
+    fault g;
+    {
+      std::lock_guard lock(fail_mutex_);
+      if (status_sent_) return;
+      status_sent_ = true;
+      g = group_;
+      auto& me = status_[static_cast<std::size_t>(rank_)];
+      me.reported = true;
+      me.waiting_on = waiting_on;
+      me.blamed = g.blamed;
+      me.code = g.code;
     }
-    if (rx.cur == &r) {  // the rest of this piece goes nowhere
-      rx.discard.assign(rx.remaining, std::byte{0});
-      rx.target = rx.discard.data();
-      rx.cur = nullptr;
+    std::vector<std::byte> body(abort_fixed_bytes);
+    put_le<std::uint32_t>(body.data(), static_cast<std::uint32_t>(rank_));
+    put_le<std::int32_t>(body.data() + 4, g.blamed);
+    put_le<std::int32_t>(body.data() + 8, waiting_on);
+    put_le<std::uint32_t>(body.data() + 12, static_cast<std::uint32_t>(g.code));
+    put_le<std::uint32_t>(body.data() + 16, g.channel);
+    put_le<std::uint32_t>(body.data() + 20, static_cast<std::uint32_t>(g.origin));
+    const std::string& reason = g.detail;
+    const std::array<const std::string*, 4> strings{&reason, &g.field, &g.here, &g.there};
+    for (const std::string* s : strings) {
+      const std::size_t len = std::min(s->size(), abort_max_string_bytes);
+      const std::size_t at = body.size();
+      body.resize(at + 2 + len);
+      put_le<std::uint16_t>(body.data() + at, static_cast<std::uint16_t>(len));
+      std::memcpy(body.data() + at + 2, s->data(), len);
+    }
+    std::array<std::byte, frame_header_bytes> h{};
+    encode_header(h.data(), frame_kind::abort, 0, g.channel, 0, 0, body.size(), body.size());
+    const deadline until = clock_type::now() + std::chrono::milliseconds(200);
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      for (int k = 0; k < conns_; ++k) {  // the first connection not in use carries it
+        auto& tx = *tx_[index(q, k)];
+        std::unique_lock lock(tx.m, std::try_to_lock);
+        if (!lock.owns_lock() || tx.partial) continue;
+        std::size_t off = 0;
+        const std::size_t end = h.size() + body.size();
+        try {
+          while (off < end && clock_type::now() < until) {
+            std::size_t n;
+            if (off < h.size()) {
+              const io_part parts[2] = {{h.data() + off, h.size() - off}, {body.data(), body.size()}};
+              n = link_.write_some(q, k, parts, 2);
+            } else {
+              const io_part part{body.data() + (off - h.size()), end - off};
+              n = link_.write_some(q, k, &part, 1);
+            }
+            off += n;
+            if (n == 0) pump_or_sleep(std::min(until, clock_type::now() + std::chrono::milliseconds(5)), q);
+          }
+        } catch (const error&) {  // that peer is gone already
+        }
+        if (off > 0 && off < end) tx.partial = true;  // cut off mid-frame: nothing more may follow
+        break;
+      }
     }
   }
 
-  [[noreturn]] void raise_op(errc code, const char* op, int dst, int src, msg_tag tag, std::string what) {
-    if (code == errc::peer_failure && !aborted_.load()) {
-      // A peer that aborts sends its reason, then closes: a write can fail before the reason is
-      // read. Drain the incoming streams briefly so the error says why, not just "closed".
-      const deadline limit = clock_type::now() + std::chrono::milliseconds(100);
-      while (!aborted_.load() && clock_type::now() < limit) {
-        const auto ticket = link_.ticket();
-        if (pump_all() == 0) link_.wait(ticket, std::min(limit, clock_type::now() + std::chrono::milliseconds(5)), -1);
+  void shut_down() {
+    bool first = false;
+    std::string why;
+    {
+      std::lock_guard lock(fail_mutex_);
+      if (!shut_) {
+        shut_ = true;
+        first = true;
+        why = group_.detail;
       }
     }
-    if (aborted_.load()) {
-      std::lock_guard lock(abort_mutex_);
-      code = errc::aborted;
-      what = abort_reason_;
+    if (first) link_.on_abort(why);
+  }
+
+  // Follows "waiting on" from this rank through the reports until it reaches a rank that did not
+  // report (stalled, or outside the engine), one that named a culprit, or one not blocked on
+  // anyone. Returns nothing while the answer may still change. fail_mutex_ held.
+  std::optional<int> follow_waits(int waiting_on, bool final) const {
+    if (waiting_on < 0) return -1;
+    std::vector<bool> seen(static_cast<std::size_t>(size_), false);
+    seen[static_cast<std::size_t>(rank_)] = true;
+    int cur = waiting_on;
+    for (;;) {
+      if (seen[static_cast<std::size_t>(cur)]) return -1;  // a cycle of live ranks: the schedules disagree
+      seen[static_cast<std::size_t>(cur)] = true;
+      const auto& st = status_[static_cast<std::size_t>(cur)];
+      if (!st.reported) {
+        if (final) return cur;
+        // Final as soon as every other rank has reported: cur is the only one silent.
+        for (int q = 0; q < size_; ++q)
+          if (q != cur && !status_[static_cast<std::size_t>(q)].reported) return std::nullopt;
+        return cur;
+      }
+      if (st.blamed >= 0) return st.blamed;
+      if (st.waiting_on < 0) return cur;  // it was not waiting on anyone: it was late
+      cur = st.waiting_on;
     }
-    std::string peers;
-    if (dst >= 0) peers += concat(" to peer ", dst);
-    if (src >= 0) peers += concat(" from peer ", src);
-    throw error(code, name_, concat("rank ", rank_, " ", op, peers, " channel ", tag.channel, ": ", what));
+  }
+
+  // Turns the group's failure into this thread's comm_error: sends this rank's status, resolves
+  // whom to blame when the failure does not say, shuts the link, throws. Called with no locks held.
+  [[noreturn]] void raise_group(const char* op, int dst, int src, msg_tag tag, int waiting_on) {
+    send_status(waiting_on);
+    fault g;
+    {
+      std::lock_guard lock(fail_mutex_);
+      g = group_;
+    }
+    int blamed = g.blamed;
+    if (blamed < 0 && waiting_on >= 0) {
+      const deadline limit = clock_type::now() + cfg_.blame_window;
+      for (;;) {
+        std::optional<int> who;
+        {
+          std::lock_guard lock(fail_mutex_);
+          who = follow_waits(waiting_on, clock_type::now() >= limit);
+        }
+        if (who) {
+          blamed = *who;
+          break;
+        }
+        pump_or_sleep(std::min(limit, clock_type::now() + std::chrono::milliseconds(2)));
+      }
+    }
+    shut_down();
+    failure_info info;
+    info.rank = rank_;
+    info.size = size_;
+    info.peer = src >= 0 ? src : dst;
+    info.blamed = blamed;
+    info.origin = g.origin;
+    info.channel = tag.channel;
+    info.check = tag.check;
+    info.sequence = g.sequence;
+    info.operation = op;
+    info.field = g.field;
+    info.here = g.here;
+    info.there = g.there;
+    {
+      std::lock_guard lock(fail_mutex_);
+      bool any = false;
+      for (const auto& st : status_) any = any || st.reported;
+      if (any) {
+        info.waiting_on.assign(static_cast<std::size_t>(size_), -1);
+        for (int q = 0; q < size_; ++q)
+          if (status_[static_cast<std::size_t>(q)].reported)
+            info.waiting_on[static_cast<std::size_t>(q)] = status_[static_cast<std::size_t>(q)].waiting_on;
+      }
+    }
+    errc code = g.code;
+    if (g.origin != rank_) {
+      code = errc::aborted;
+      info.detail = concat("rank ", g.origin, " aborted the group: ", g.detail);
+    } else {
+      info.detail = g.detail;
+    }
+    if (g.blamed < 0 && blamed >= 0 && blamed != rank_)
+      info.detail += concat(" (rank ", blamed, " did not make progress: the others were waiting on it",
+                            info.waiting_on.empty() ? "" : ", as they reported", ")");
+    throw comm_error(code, name_, std::move(info));
+  }
+
+  // ---- the exchange -----------------------------------------------------------------------------
+  void guarded_exchange(int dst, std::span<const std::byte> out, bool sending, int src, std::span<std::byte> in,
+                        msg_tag tag, deadline until, const char* op) {
+    try {
+      exchange(dst, out, sending, src, in, tag, until, op);
+    } catch (const comm_error&) {
+      throw;
+    } catch (const error& e) {
+      if (static_cast<errc>(e.code().value()) == errc::invalid_argument) throw;  // nothing happened yet
+      fault f;
+      f.code = static_cast<errc>(e.code().value());
+      f.detail = e.what();
+      record_failure(f);
+      raise_group(op, dst, src, tag, -1);
+    } catch (const std::bad_alloc&) {
+      fault f;
+      f.code = errc::capacity;
+      f.detail = "out of memory";
+      record_failure(f);
+      raise_group(op, dst, src, tag, -1);
+    } catch (const std::exception& e) {
+      fault f;
+      f.code = errc::io;
+      f.detail = e.what();
+      record_failure(f);
+      raise_group(op, dst, src, tag, -1);
+    }
   }
 
   void exchange(int dst, std::span<const std::byte> out, bool sending, int src, std::span<std::byte> in, msg_tag tag,
                 deadline until, const char* op) {
-    if (aborted_.load()) raise_op(errc::aborted, op, sending ? dst : -1, src, tag, {});  // fills in the reason
+    if (failed_.load(std::memory_order_acquire)) raise_group(op, sending ? dst : -1, src, tag, -1);
     // Receive side: one request per piece.
-    std::vector<request> reqs;
-    if (src >= 0) {
-      const int k = pieces_for(in.size());
-      reqs.resize(static_cast<std::size_t>(k));
-      for (int i = 0; i < k; ++i) {
-        const auto I = static_cast<std::size_t>(i), K = static_cast<std::size_t>(k);
-        request& r = reqs[I];
-        r.channel = tag.channel;
-        r.check = tag.check;
-        r.total = in.size();
-        r.dst = in.data() + chunk_begin(in.size(), K, I);
-        r.len = chunk_size(in.size(), K, I);
-        r.peer = src;
-        r.conn = i;
-        auto& rx = *rx_[index(src, i)];
-        std::lock_guard lock(rx.m);
-        post(rx, r);
+    const std::size_t nreq = src >= 0 ? static_cast<std::size_t>(pieces_for(in.size())) : 0;
+    small_array<request, 2> reqs(nreq);
+    // The collective book, looked at once: the sequence this receive expects, and what the send
+    // carries (its sequence, the descriptor for the connections it is the first frame on).
+    const std::size_t npieces = sending ? static_cast<std::size_t>(pieces_for(out.size())) : 0;
+    std::uint32_t rseq = 0, sseq = 0;
+    std::optional<collective_descriptor> desc;
+    std::uint64_t first_on = 0;
+    {
+      std::lock_guard lock(desc_mutex_);
+      if (src >= 0) {
+        auto& chans = book_[static_cast<std::size_t>(src)];
+        const auto it = chans.find(tag.channel);
+        if (it != chans.end()) rseq = it->second.seq;
       }
+      if (sending) {
+        auto& chans = book_[static_cast<std::size_t>(dst)];
+        const auto it = chans.find(tag.channel);
+        if (it != chans.end()) {
+          const std::uint64_t used = npieces >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << npieces) - 1;
+          sseq = it->second.seq;
+          first_on = used & ~it->second.sent;
+          if (first_on != 0) {
+            it->second.sent |= first_on;
+            desc = it->second.desc;
+          }
+        }
+      }
+    }
+    for (std::size_t i = 0; i < nreq; ++i) {
+      request& r = reqs[i];
+      r.channel = tag.channel;
+      r.check = tag.check;
+      r.seq = rseq;
+      r.total = in.size();
+      r.dst = in.data() + chunk_begin(in.size(), nreq, i);
+      r.len = chunk_size(in.size(), nreq, i);
+      r.peer = src;
+      r.conn = static_cast<int>(i);
+      auto& rx = *rx_[index(src, static_cast<int>(i))];
+      std::lock_guard lock(rx.m);
+      post(rx, r);
     }
     struct detach_guard {
       stream_engine* e;
-      std::vector<request>* reqs;
+      small_array<request, 2>* reqs;
       ~detach_guard() {
         for (auto& r : *reqs)
-          if (!r.done) e->detach(r);
+          if (!r.is_done()) e->detach(r);
       }
     } guard{this, &reqs};
 
     // Send side: one piece per connection used; the connections' write locks are held until the
     // whole message is out, so frames of different threads never interleave.
-    std::vector<piece_out> pieces;
-    std::vector<std::unique_lock<std::mutex>> tx_locks;
+    small_array<piece_out, 2> pieces(npieces);
+    small_array<std::unique_lock<spin_lock>, 2> tx_locks(npieces);
     if (sending) {
-      const int k = pieces_for(out.size());
-      for (int i = 0; i < k; ++i) {
-        const auto I = static_cast<std::size_t>(i), K = static_cast<std::size_t>(k);
-        piece_out po{i, {}, out.data() + chunk_begin(out.size(), K, I), chunk_size(out.size(), K, I), 0};
+      const std::uint32_t seq = sseq;
+      for (std::size_t i = 0; i < npieces; ++i) {
+        piece_out& po = pieces[i];
+        po.conn = static_cast<int>(i);
+        po.data = out.data() + chunk_begin(out.size(), npieces, i);
+        po.len = chunk_size(out.size(), npieces, i);
         po.remote = po.len >= link_.remote_min();
-        const frame_header fh{tag.channel, tag.check, out.size(), po.len,
-                              po.remote ? static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(po.data)) : 0};
-        std::memcpy(po.hdr.data(), &fh, header_bytes);
-        pieces.push_back(po);
-        tx_locks.emplace_back(tx_[index(dst, i)]->m, std::defer_lock);
+        std::uint8_t flags = 0;
+        std::size_t at = frame_header_bytes;
+        if (desc && (first_on >> i & 1u)) {
+          flags |= frame_flag_descriptor;
+          encode(*desc, std::span<std::byte, descriptor_wire_bytes>(po.hdr.data() + at, descriptor_wire_bytes));
+          at += descriptor_wire_bytes;
+        }
+        if (po.remote) {
+          flags |= frame_flag_remote;
+          put_le<std::uint64_t>(po.hdr.data() + at,
+                                static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(po.data)));
+          at += frame_remote_bytes;
+        }
+        encode_header(po.hdr.data(), frame_kind::data, flags, tag.channel, seq, tag.check, out.size(), po.len);
+        po.hdr_len = at;
+        tx_locks[i] = std::unique_lock<spin_lock>(tx_[index(dst, po.conn)]->m, std::defer_lock);
       }
     }
-    std::size_t locked = 0;
-    bool sent_all = false;
-    for (;;) {
-      const auto ticket = link_.ticket();
-      std::size_t progressed = 0;
-      // Take the write locks in connection order (pumping while another thread holds one).
-      while (locked < tx_locks.size() && tx_locks[locked].try_lock()) {
-        tx_[index(dst, pieces[locked].conn)]->partial = true;
-        ++locked;
-      }
-      bool send_done = true;
-      if (sent_all) {
-        // nothing left to write
-      } else if (locked == tx_locks.size()) {
-        for (auto& po : pieces) {
-          const std::size_t end = header_bytes + (po.remote ? 0 : po.len);
-          try {
-            while (po.off < end) {
-              std::size_t n;
-              if (po.off < header_bytes)
-                n = link_.write_some(dst, po.conn, po.hdr.data() + po.off, header_bytes - po.off);
-              else
-                n = link_.write_some(dst, po.conn, po.data + (po.off - header_bytes), end - po.off);
-              if (n == 0) break;
-              po.off += n;
-              progressed += n;
-            }
-          } catch (const error& e) {
-            raise_op(static_cast<errc>(e.code().value()), op, dst, src, tag, e.what());
+
+    std::optional<fault> failure;  // raised once the write locks are released
+    int waiting_on = -1;
+    bool cut_off = false;  // a receive's piece had partly arrived at the deadline
+    {
+      std::size_t locked = 0;
+      bool sent_all = !sending, send_done = !sending, recv_done = nreq == 0;
+      // One attempt at everything: take the write locks (in connection order), write, look at the
+      // single-copy acknowledgements, read every stream. Returns the progress made.
+      auto step = [&]() -> std::size_t {
+        std::size_t progressed = 0;
+        while (locked < npieces && tx_locks[locked].try_lock()) {
+          auto& tx = *tx_[index(dst, pieces[locked].conn)];
+          if (tx.partial) {  // an earlier message was cut off on this stream: it cannot carry more
+            tx_locks[locked].unlock();
+            fault f;
+            f.code = errc::aborted;
+            f.channel = tag.channel;
+            f.detail = concat("connection ", pieces[locked].conn, " to peer ", dst,
+                              " was cut off mid-message by an earlier failure");
+            failure = f;
+            return 1;
           }
-          if (po.off < end) {
-            send_done = false;
-          } else if (po.remote) {  // the buffer is ours again only when the receiver has read it
-            if (po.seq == 0) po.seq = link_.remote_post(dst);
-            if (link_.remote_acked(dst) < po.seq) send_done = false;
-          }
+          tx.partial = true;
+          ++locked;
         }
-        if (send_done) {
-          for (std::size_t i = 0; i < tx_locks.size(); ++i)
-            if (tx_locks[i].owns_lock()) {
+        if (!sent_all && locked == npieces) {
+          send_done = true;
+          for (auto& po : pieces) {
+            const std::size_t end = po.hdr_len + (po.remote ? 0 : po.len);
+            try {
+              while (po.off < end) {
+                std::size_t n;
+                if (po.off < po.hdr_len) {
+                  const io_part parts[2] = {{po.hdr.data() + po.off, po.hdr_len - po.off},
+                                            {po.data, po.remote ? 0 : po.len}};
+                  n = link_.write_some(dst, po.conn, parts, 2);
+                } else {
+                  const io_part part{po.data + (po.off - po.hdr_len), end - po.off};
+                  n = link_.write_some(dst, po.conn, &part, 1);
+                }
+                if (n == 0) break;
+                po.off += n;
+                progressed += n;
+              }
+            } catch (const error& e) {  // the stream to dst broke: dst is gone (or aborted and left)
+              fault f;
+              f.code = static_cast<errc>(e.code().value());
+              f.blamed = dst;
+              f.channel = tag.channel;
+              f.sequence = sseq;
+              f.detail = e.what();
+              failure = f;
+              send_done = false;
+              return progressed + 1;
+            }
+            if (po.off < end) {
+              send_done = false;
+            } else if (po.remote) {  // the buffer is ours again only when the receiver has read it
+              if (po.seq == 0) po.seq = link_.remote_post(dst);
+              if (link_.remote_acked(dst) < po.seq) send_done = false;
+            }
+          }
+          if (send_done) {
+            for (std::size_t i = 0; i < npieces; ++i) {
               tx_[index(dst, pieces[i].conn)]->partial = false;
               tx_locks[i].unlock();
             }
-          if (!tx_locks.empty()) link_.poke();  // a thread of ours may wait for these locks
-          sent_all = true;
+            if (npieces > 0) link_.poke();  // a thread of ours may wait for these locks
+            sent_all = true;
+            ++progressed;
+          }
         }
-      } else {
-        send_done = false;
-      }
-      progressed += pump_all();
-      bool recv_done = true;
-      for (auto& r : reqs) {
-        if (r.deferred) {
-          auto& rx = *rx_[index(r.peer, r.conn)];
-          std::lock_guard lock(rx.m);
-          post(rx, r);
+        progressed += pump_all();
+        recv_done = true;
+        for (auto& r : reqs) {
+          if (r.deferred) {
+            auto& rx = *rx_[index(r.peer, r.conn)];
+            std::lock_guard lock(rx.m);
+            post(rx, r);
+          }
+          if (!r.is_done()) {
+            recv_done = false;
+          } else if (r.failed.load(std::memory_order_relaxed) && !failure) {
+            failure = *r.why;
+          }
         }
-        if (r.failed) raise_op(r.code, op, sending ? dst : -1, src, tag, r.error);
-        if (!r.done) recv_done = false;
-      }
-      if (send_done && recv_done) return;
-      if (aborted_.load()) raise_op(errc::aborted, op, sending ? dst : -1, src, tag, {});
-      const auto now = clock_type::now();
-      if (now >= until) {
-        std::size_t sent = 0, got = 0;
-        for (auto& po : pieces)
-          sent += po.remote ? (po.seq != 0 && link_.remote_acked(dst) >= po.seq ? po.len : 0)
-                            : (po.off >= header_bytes ? po.off - header_bytes : 0);
-        for (auto& r : reqs) got += r.done ? r.len : 0;
-        raise_op(errc::timeout, op, sending ? dst : -1, src, tag,
-                 concat("deadline passed with ", sent, " of ", out.size(), " bytes sent and ", got, " of ", in.size(),
-                        " bytes received"));
-      }
-      if (progressed == 0) {
+        return progressed;
+      };
+      auto idle_since = clock_type::time_point::min();  // set at the first idle turn
+      unsigned spins = 0;
+      bool polled = false;  // this wait polled (spun or yielded) instead of sleeping at once
+      const auto budget = std::chrono::nanoseconds(poll_ns_.load(std::memory_order_relaxed));
+      for (;;) {
+        const std::size_t progressed = step();
+        waiting_on = !recv_done ? src : (!send_done ? dst : -1);
+        if (failure) break;
+        if (send_done && recv_done) return;
+        if (progressed == 0 && mode_ == wait_mode::spin && locked == npieces && (++spins & 15u) != 0) {
+          cpu_relax();  // the clock, the deadline and the policy are looked at every 16th idle turn
+          continue;
+        }
+        if (failed_.load(std::memory_order_acquire)) break;
+        const auto now = clock_type::now();
+        if (now >= until) {
+          // Another thread may be completing a receive of ours at this very moment: settle each
+          // open one under its stream's lock and look again before calling it a timeout.
+          recv_done = true;
+          for (auto& r : reqs) {
+            if (!r.is_done()) cut_off = settle_at_deadline(r) || cut_off;
+            if (!r.is_done()) {
+              recv_done = false;
+            } else if (r.failed.load(std::memory_order_relaxed) && !failure) {
+              failure = *r.why;
+            }
+          }
+          waiting_on = !recv_done ? src : (!send_done ? dst : -1);
+          if (failure) break;
+          if (send_done && recv_done) return;
+          std::size_t sent = 0, got = 0;
+          for (auto& po : pieces)
+            sent += po.remote ? (po.seq != 0 && link_.remote_acked(dst) >= po.seq ? po.len : 0)
+                              : (po.off >= po.hdr_len ? po.off - po.hdr_len : 0);
+          for (auto& r : reqs) got += r.is_done() ? r.len : 0;
+          fault f;
+          f.code = errc::timeout;
+          f.channel = tag.channel;
+          f.sequence = rseq;
+          f.detail = concat("deadline passed with ", sent, " of ", out.size(), " bytes sent and ", got, " of ",
+                            in.size(), " bytes received (waiting on rank ", waiting_on, ")");
+          failure = f;
+          break;
+        }
+        if (progressed > 0 || idle_since == clock_type::time_point::min()) {
+          if (progressed > 0 && polled) adapt_poll(true);  // polling paid off: poll as long next time
+          polled = false;
+          idle_since = now;
+          continue;
+        }
         try {  // a peer we wait on whose process is gone will never answer
           if (!recv_done && src >= 0) link_.check_alive(src);
           if (!send_done && sending) link_.check_alive(dst);
         } catch (const error& e) {
           // Its last bytes may have landed between our look and its exit: look once more.
-          if (pump_all() == 0)
-            raise_op(static_cast<errc>(e.code().value()), op, sending ? dst : -1, src, tag, e.what());
+          if (pump_all() == 0) {
+            fault f;
+            f.code = static_cast<errc>(e.code().value());
+            f.blamed = waiting_on;
+            f.channel = tag.channel;
+            f.sequence = rseq;
+            f.detail = e.what();
+            failure = f;
+            break;
+          }
           continue;
         }
-        if (locked < tx_locks.size())  // another thread of ours is writing to dst: look again soon
-          link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(1)), -1);
-        else
-          link_.wait(ticket, std::min(until, now + std::chrono::milliseconds(50)), send_done ? -1 : dst);
+        const auto idle = now - idle_since;
+        if (locked == npieces && idle < budget) {  // (else another thread of ours writes to dst: sleep briefly)
+          if (mode_ == wait_mode::spin) {
+            polled = true;
+            continue;
+          }
+          if (mode_ == wait_mode::yield) {
+            polled = true;
+            std::this_thread::yield();
+            continue;
+          }
+        }
+        if (polled) adapt_poll(false);  // polled in vain: poll less next time (the host may be busy)
+        polled = false;
+        // Sleep: arm the link's wake-up, try everything once more (so nothing that happened in
+        // between is missed), and sleep only if that made no progress.
+        const auto slice = locked < npieces ? std::chrono::milliseconds(1) : std::chrono::milliseconds(50);
+        const auto token = link_.prepare_wait();
+        const bool moved = step() > 0 || failure.has_value();
+        link_.wait(token, moved ? now : std::min(until, now + slice), send_done ? -1 : dst);
+        if (moved) idle_since = clock_type::now();
+      }
+      // On the way out with a failure: a half-written message stays marked partial on its stream.
+      for (std::size_t i = 0; i < npieces; ++i)
+        if (tx_locks[i].owns_lock()) {
+          auto& tx = *tx_[index(dst, pieces[i].conn)];
+          if (pieces[i].off == 0) tx.partial = false;  // nothing of it went out
+          tx_locks[i].unlock();
+        }
+    }
+    if (failure && failure->code == errc::timeout && rseq == 0 && sseq == 0) {
+      // A point-to-point call outside any collective that timed out before a byte of it moved
+      // leaves every stream as it was: a plain timeout (callers poll this way), no abort.
+      // (Receives were settled at the deadline: none is still posted; a frame that was arriving
+      // for a deferred one stays queued for the next receive on its channel.)
+      bool moved = cut_off;
+      for (auto& po : pieces) moved = moved || po.off > 0;
+      for (auto& r : reqs) moved = moved || r.is_done();
+      if (!moved) {
+        failure_info info;
+        info.rank = rank_;
+        info.size = size_;
+        info.peer = waiting_on;
+        info.blamed = waiting_on;
+        info.origin = rank_;
+        info.channel = tag.channel;
+        info.check = tag.check;
+        info.operation = op;
+        info.detail = failure->detail;
+        throw comm_error(errc::timeout, name_, std::move(info));
       }
     }
+    if (failure) {
+      if (failure->code == errc::peer_failure && failure->blamed >= 0) {
+        // A peer that aborts sends its reason, then closes: a write can fail before the reason is
+        // read. Drain briefly so the report says why, not just "closed".
+        const deadline limit = clock_type::now() + cfg_.drain_window;
+        while (!failed_.load(std::memory_order_acquire) && clock_type::now() < limit)
+          pump_or_sleep(std::min(limit, clock_type::now() + std::chrono::milliseconds(2)));
+      }
+      record_failure(*failure);
+    }
+    raise_group(op, sending ? dst : -1, src, tag, waiting_on);
   }
 
   Link& link_;
   int rank_, size_, conns_;
   std::size_t stripe_min_;
   const char* name_;
+  engine_config cfg_;
+  wait_mode mode_;
+  std::atomic<std::int64_t> poll_ns_;
   std::vector<std::unique_ptr<rx_state>> rx_;
   std::vector<std::unique_ptr<tx_state>> tx_;
-  std::atomic<bool> aborted_{false};
-  std::mutex abort_mutex_;
-  std::string abort_reason_;
+  // Collective bookkeeping (desc_mutex_, a leaf lock).
+  spin_lock desc_mutex_;
+  std::vector<std::unordered_map<std::uint32_t, peer_channel>> book_;
+  std::vector<std::vector<pending_descriptor>> pending_;
+  // The group's failure and the ranks' reports (fail_mutex_, a leaf lock).
+  std::atomic<bool> failed_{false};
+  std::mutex fail_mutex_;
+  fault group_;
+  std::vector<rank_status> status_;
+  bool status_sent_ = false, shut_ = false;
 };
 
 /// The transport operations of a byte-stream transport (shm, tcp), forwarded to its stream_engine,
@@ -534,9 +1492,17 @@ class engine_front {
                 deadline until) {
     engine_->sendrecv(dst, out, src, in, tag, until);
   }
+  /// Declares the next collective on `channel` (see descriptor_checking_transport).
+  void begin_collective(std::uint32_t channel, const collective_descriptor& d, std::span<const int> members = {}) {
+    engine_->begin_collective(channel, d, members);
+  }
   /// Fails every operation of every rank with errc::aborted and the reason: the peers are told why,
   /// then the links are shut.
   void abort(std::string_view why) { engine_->abort(why); }
+  /// abort(why) that also carries the failure's fields to the other ranks.
+  void abort(const comm_error& e) { engine_->abort(e); }
+  /// The waiting policy in force (automatic resolved to spin or yield).
+  wait_mode waiting() const noexcept { return engine_->waiting(); }
 
  protected:
   std::unique_ptr<stream_engine<Link>> engine_;

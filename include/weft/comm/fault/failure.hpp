@@ -1,14 +1,15 @@
 // Failure semantics for collectives: a structured description of why a collective failed (which
-// rank failed, which collective, tag and phase), and a guard that restores the caller's input
-// buffer when a collective aborts, so the caller can retry the step (as PCCL does on peer loss).
+// rank failed, which collective, tag and phase — read from comm_error's fields), and a guard that
+// restores the caller's input buffer when a collective aborts, so the caller can retry the step (as
+// PCCL does on peer loss).
 #pragma once
 
 #include <weft/comm/allreduce.hpp>
+#include <weft/comm/comm_error.hpp>
 #include <weft/comm/concepts.hpp>
 #include <weft/core/error.hpp>
 
 #include <cstdint>
-#include <cstdlib>
 #include <span>
 #include <string>
 #include <string_view>
@@ -16,9 +17,9 @@
 
 namespace weft::comm::fault {
 
-/// What a failed collective tells its caller. failed_rank is the peer the first failing transport
-/// call named (the dead or stalled rank for a direct neighbour; for errc::timeout it may be a live
-/// rank that was itself waiting on the failure), or -1 when the error named none.
+/// What a failed collective tells its caller, copied from the comm_error's fields (never parsed
+/// from its text). failed_rank is the rank held responsible: the dead, stalled (the one the others
+/// were waiting on, by their reports) or disagreeing rank, or -1 when nobody could be named.
 struct failure_report {
   errc code = errc::aborted;
   int rank = -1;              ///< the rank reporting
@@ -27,34 +28,11 @@ struct failure_report {
   std::uint32_t channel = 0;  ///< the tag's channel
   std::string phase;          ///< e.g. "ring reduce-scatter step 1"
   std::string message;        ///< the original error text
+  failure_info info;          ///< every field of the comm_error (empty for another weft::error)
 };
 
-namespace detail {
-inline int last_int_after(std::string_view s, std::string_view key) {
-  int found = -1;  // the last occurrence of key followed by a number ("peer 2", not "peer died")
-  for (auto at = s.find(key); at != std::string_view::npos; at = s.find(key, at + 1)) {
-    const auto from = at + key.size();
-    if (from < s.size() && s[from] >= '0' && s[from] <= '9') found = std::atoi(std::string(s.substr(from, 12)).c_str());
-  }
-  return found;
-}
-inline std::string quoted_after(std::string_view s, std::string_view key) {
-  const auto at = s.find(key);
-  if (at == std::string_view::npos) return {};
-  const auto from = at + key.size();
-  const auto to = s.find('\'', from);
-  if (to == std::string_view::npos) return {};
-  std::string out(s.substr(from, to - from));
-  const auto rest = s.substr(to + 1);
-  if (rest.rfind(" step ", 0) == 0)
-    out += " step " + std::to_string(std::atoi(std::string(rest.substr(6, 12)).c_str()));
-  return out;
-}
-}  // namespace detail
-
-/// Reads a weft::comm error into a failure_report. The blamed rank is the innermost "peer N" of
-/// the message (the first failing call is quoted last), the phase the outermost "phase '...'".
-/// O(message length); thread-safe.
+/// Reads a weft::comm error into a failure_report: a comm_error's fields are copied; any other
+/// weft::error gives its code, context and text and blames nobody. O(fields); thread-safe.
 inline failure_report describe(const error& e, int rank, std::uint32_t channel) {
   failure_report r;
   r.code = static_cast<errc>(e.code().value());
@@ -62,23 +40,33 @@ inline failure_report describe(const error& e, int rank, std::uint32_t channel) 
   r.channel = channel;
   r.collective = e.context();
   r.message = e.what();
-  r.failed_rank = detail::last_int_after(r.message, "peer ");
-  r.phase = detail::quoted_after(r.message, "phase '");
+  if (const auto* ce = dynamic_cast<const comm_error*>(&e)) {
+    r.info = ce->info();
+    r.failed_rank = r.info.blamed;
+    r.phase = r.info.phase;
+    if (r.info.step >= 0) r.phase += " step " + std::to_string(r.info.step);
+    if (!r.info.collective.empty()) r.collective = r.info.collective;
+  }
   return r;
 }
 
-/// The error a restoring collective throws: weft::error (same code) plus the report.
-/// Thread-safe to read (immutable).
-class collective_failure : public error {
+/// The error a restoring collective throws: a comm_error (same code and fields, the detail saying
+/// the input was restored) plus the report. Thread-safe to read (immutable).
+class collective_failure : public comm_error {
  public:
   explicit collective_failure(failure_report r)
-      : error(r.code, r.collective,
-              weft::detail::concat("rank ", r.rank, " channel ", r.channel, " phase '", r.phase, "' failed rank ",
-                                   r.failed_rank, " (input restored): ", r.message)),
-        report_(std::move(r)) {}
+      : comm_error(r.code, r.collective, restored(r)), report_(std::move(r)) {}
   const failure_report& report() const noexcept { return report_; }
 
  private:
+  static failure_info restored(const failure_report& r) {
+    failure_info i = r.info;
+    if (i.rank < 0) i.rank = r.rank;
+    i.channel = r.channel;
+    i.blamed = r.failed_rank;
+    i.detail = (i.detail.empty() ? r.message : i.detail) + " (input restored)";
+    return i;
+  }
   failure_report report_;
 };
 

@@ -3,6 +3,7 @@
 // in one process (the fault-injection approach of Jepsen-style testing, applied to collectives).
 #pragma once
 
+#include <weft/comm/comm_error.hpp>
 #include <weft/comm/concepts.hpp>
 #include <weft/comm/fault/fault_plan.hpp>
 #include <weft/core/error.hpp>
@@ -84,6 +85,14 @@ class fault_transport {
     if (plan_->on_recv(rank(), -1).self_killed) return;
     if constexpr (abortable_transport<Tr>) inner_.abort(why);
   }
+  /// abort(why) with the failure's fields, forwarded when the wrapped transport carries them.
+  void abort(const comm_error& e) {
+    if (plan_->on_recv(rank(), -1).self_killed) return;
+    if constexpr (failure_carrying_transport<Tr>)
+      inner_.abort(e);
+    else if constexpr (abortable_transport<Tr>)
+      inner_.abort(std::string_view(e.what()));
+  }
 
  private:
   // False: the message is swallowed (the peer is silently dead).
@@ -100,8 +109,18 @@ class fault_transport {
   }
   void raise_if(const fault_plan::verdict& v, int peer, msg_tag tag, const char* what) const {
     if (!v.fail) return;
-    weft::detail::raise(v.self_killed ? errc::aborted : errc::peer_failure, "weft::comm::fault::fault_transport",
-                        "rank ", rank(), " ", what, " peer ", peer, " channel ", tag.channel, ": ", *v.fail);
+    failure_info info;  // the facts as fields, so callers never read them back from the text
+    info.rank = rank();
+    info.size = size();
+    info.peer = peer;
+    info.blamed = v.self_killed ? rank() : peer;
+    info.origin = rank();
+    info.channel = tag.channel;
+    info.check = tag.check;
+    info.operation = what;
+    info.detail = *v.fail;
+    throw comm_error(v.self_killed ? errc::aborted : errc::peer_failure, "weft::comm::fault::fault_transport",
+                     std::move(info));
   }
 
   Tr inner_;
