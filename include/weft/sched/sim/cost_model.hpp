@@ -114,7 +114,7 @@ struct cost_params {
   /// Pipeline stages per instance (tensor_parallel GPUs each): an iteration's batch passes every stage,
   /// so its time is the whole model's on tensor_parallel GPUs plus (stages - 1) activation sends over
   /// tp_link_bytes_per_s; the weights and KV spread over tensor_parallel * pipeline_parallel GPUs.
-  /// Several batches in flight (micro-batches) are the simulator's business (plan_search.hpp).
+  /// Several batches in flight at once (micro-batches filling the pipeline) are not modelled.
   int pipeline_parallel = 1;
   /// NanoFlow-style overlap of the iteration's operations (nano_batching.hpp); the default is sequential.
   nano_batching nano{};
