@@ -172,3 +172,19 @@ if nano:
     fig.tight_layout()
     fig.savefig(os.path.join(out, "nanoflow.png"), dpi=100)
     print("wrote", os.path.join(out, "nanoflow.png"))
+
+fuse = rows("splitfuse.csv")
+if fuse:
+    slos = list(dict.fromkeys(r["gen_slo_tok_s"] for r in fuse))
+    fig, axes = plt.subplots(1, len(slos), figsize=(5 * len(slos), 4))
+    for ax, slo in zip(axes, slos):
+        for name in dict.fromkeys(r["policy"] for r in fuse):
+            pts = [r for r in fuse if r["gen_slo_tok_s"] == slo and r["policy"] == name]
+            ax.plot([float(r["rate_req_s"]) for r in pts], [float(r["effective_req_s"]) for r in pts], label=name)
+        ax.set_xlabel("offered rate (req/s)")
+        ax.set_ylabel("effective throughput (req/s)")
+        ax.set_title("Dynamic SplitFuse vs vLLM, 70B/4xA100, gen SLA %s tok/s" % slo, fontsize=8)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "splitfuse.png"), dpi=100)
+    print("wrote", os.path.join(out, "splitfuse.png"))
