@@ -28,3 +28,4 @@
 #include <weft/sched/sim/cluster.hpp>
 #include <weft/sched/sim/capacity.hpp>
 #include <weft/sched/sim/forward_size.hpp>
+#include <weft/sched/sim/plan_search.hpp>
