@@ -188,3 +188,14 @@ if fuse:
     fig.tight_layout()
     fig.savefig(os.path.join(out, "splitfuse.png"), dpi=100)
     print("wrote", os.path.join(out, "splitfuse.png"))
+
+apex = [r for r in rows("apex.csv") if r["feasible"] == "1"]
+if apex:
+    fig, ax = plt.subplots(figsize=(10, 5))
+    ax.barh([r["plan"] for r in apex][::-1], [float(r["goodput_req_s"]) for r in apex][::-1])
+    ax.set_xlabel("goodput (req/s, >= 90% within TTFT 3 s and TPOT 0.1 s)")
+    ax.set_title("APEX-style plan search, Llama-2-70B on 8 x A100 (simulated)", fontsize=9)
+    ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "apex.png"), dpi=100)
+    print("wrote", os.path.join(out, "apex.png"))
