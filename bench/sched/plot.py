@@ -153,3 +153,49 @@ if cap or vtcr:
     fig.tight_layout()
     fig.savefig(os.path.join(out, "repro.png"), dpi=100)
     print("wrote", os.path.join(out, "repro.png"))
+
+nano = rows("nanoflow.csv")
+if nano:
+    loads = list(dict.fromkeys(r["workload"] for r in nano))
+    engines = list(dict.fromkeys(r["engine"] for r in nano))
+    fig, ax = plt.subplots(figsize=(11, 4))
+    width = 0.8 / len(engines)
+    for j, e in enumerate(engines):
+        ys = [next(float(r["share_of_optimal"]) for r in nano if r["workload"] == w and r["engine"] == e) for w in loads]
+        ax.bar([i + j * width for i in range(len(loads))], [100 * y for y in ys], width, label=e)
+    ax.axhspan(59, 72, color="grey", alpha=0.2, label="NanoFlow paper: 59-72% of optimal")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(loads))])
+    ax.set_xticklabels(loads)
+    ax.set_ylabel("% of optimal throughput")
+    ax.set_title("NanoFlow-style overlap, Llama-2-70B on 4 x A100 (simulated)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "nanoflow.png"), dpi=100)
+    print("wrote", os.path.join(out, "nanoflow.png"))
+
+fuse = rows("splitfuse.csv")
+if fuse:
+    slos = list(dict.fromkeys(r["gen_slo_tok_s"] for r in fuse))
+    fig, axes = plt.subplots(1, len(slos), figsize=(5 * len(slos), 4))
+    for ax, slo in zip(axes, slos):
+        for name in dict.fromkeys(r["policy"] for r in fuse):
+            pts = [r for r in fuse if r["gen_slo_tok_s"] == slo and r["policy"] == name]
+            ax.plot([float(r["rate_req_s"]) for r in pts], [float(r["effective_req_s"]) for r in pts], label=name)
+        ax.set_xlabel("offered rate (req/s)")
+        ax.set_ylabel("effective throughput (req/s)")
+        ax.set_title("Dynamic SplitFuse vs vLLM, 70B/4xA100, gen SLA %s tok/s" % slo, fontsize=8)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "splitfuse.png"), dpi=100)
+    print("wrote", os.path.join(out, "splitfuse.png"))
+
+apex = [r for r in rows("apex.csv") if r["feasible"] == "1"]
+if apex:
+    fig, ax = plt.subplots(figsize=(10, 5))
+    ax.barh([r["plan"] for r in apex][::-1], [float(r["goodput_req_s"]) for r in apex][::-1])
+    ax.set_xlabel("goodput (req/s, >= 90% within TTFT 3 s and TPOT 0.1 s)")
+    ax.set_title("APEX-style plan search, Llama-2-70B on 8 x A100 (simulated)", fontsize=9)
+    ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "apex.png"), dpi=100)
+    print("wrote", os.path.join(out, "apex.png"))

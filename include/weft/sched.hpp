@@ -8,6 +8,7 @@
 #include <weft/sched/batch.hpp>
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/drr_queue.hpp>
+#include <weft/sched/dynamic_splitfuse.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
 #include <weft/sched/prefill_first_scheduler.hpp>
@@ -26,3 +27,5 @@
 #include <weft/sched/sim/workload.hpp>
 #include <weft/sched/sim/cluster.hpp>
 #include <weft/sched/sim/capacity.hpp>
+#include <weft/sched/sim/forward_size.hpp>
+#include <weft/sched/sim/plan_search.hpp>

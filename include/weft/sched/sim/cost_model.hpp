@@ -8,6 +8,7 @@
 #include <weft/core/checked.hpp>
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
+#include <weft/sched/sim/nano_batching.hpp>
 #include <weft/sched/sim/vidur_profile.hpp>
 
 #include <algorithm>
@@ -110,6 +111,13 @@ struct cost_params {
   double memory_utilization = 0.9;         ///< share of HBM the engine may use (vLLM's gpu_memory_utilization)
   double copy_unit_overhead_s = 10e-6;     ///< fixed cost per separate copy (one cudaMemcpyAsync)
   double interconnect_bytes_per_s = 25e9;  ///< instance-to-instance link (200 Gb/s NIC) for KV transfer
+  /// Pipeline stages per instance (tensor_parallel GPUs each): an iteration's batch passes every stage,
+  /// so its time is the whole model's on tensor_parallel GPUs plus (stages - 1) activation sends over
+  /// tp_link_bytes_per_s; the weights and KV spread over tensor_parallel * pipeline_parallel GPUs.
+  /// Several batches in flight at once (micro-batches filling the pipeline) are not modelled.
+  int pipeline_parallel = 1;
+  /// NanoFlow-style overlap of the iteration's operations (nano_batching.hpp); the default is sequential.
+  nano_batching nano{};
 };
 
 /// Parameter sets named in the docs.
@@ -189,12 +197,51 @@ class cost_model {
 
   /// Seconds of one iteration of the given shape (swap copies not included; see transfer_s):
   /// iteration_overhead + per_request * requests + layers * (linear + attention + all-reduces) + LM head.
+  /// With params().nano set, the operations of nano-batches overlap (overlapped_iteration_s of resource_s).
   double iteration_s(const iteration_shape& it) const noexcept {
     if (it.tokens <= 0) return 0.0;
+    if (p_.nano.nano_batches > 1 || p_.nano.overlap_engine)
+      return overlapped_iteration_s(resource_s(it, p_.nano.nano_batches), p_.nano);
     const double per_layer =
         linear_layer_s(it.tokens) + attention_layer_s(it.attention_pairs, it.kv_read_tokens) + tp_layer_s(it.tokens);
     return p_.iteration_overhead_s + p_.per_request_overhead_s * it.requests + p_.model.layers * per_layer +
-           head_s(it.requests);
+           head_s(it.requests) + pipeline_send_s(it.tokens);
+  }
+
+  /// The iteration's time by bounding resource, its batch split into `nano_batches` equal parts (at
+  /// most one per token): each part runs every layer's linear operators on its tokens (compute-bound
+  /// at or above gemm_ridge_tokens() per part, weight-read-bound below), its share of the attention
+  /// (compute or memory, whichever binds) and its all-reduces (network); the LM head and stage sends
+  /// once. With one part the four add up to iteration_s. NanoFlow, §3 (the resource classes) and §4.
+  /// O(log points).
+  resource_times resource_s(const iteration_shape& it, int nano_batches = 1) const noexcept {
+    resource_times r;
+    r.layers = p_.model.layers;
+    if (it.tokens <= 0) return r;
+    const double n = std::clamp(std::floor(it.tokens), 1.0, static_cast<double>(std::max(1, nano_batches)));
+    const double part = it.tokens / n, layers = p_.model.layers;
+    const double linear = n * linear_layer_s(part) * layers;
+    (part >= gemm_ridge_tokens() ? r.compute_s : r.memory_s) += linear;
+    const double tp = p_.tensor_parallel;
+    const double flops = 4.0 * p_.model.hidden * (it.attention_pairs / n) / tp;
+    const double bytes = (it.kv_read_tokens / n) * p_.model.kv_bytes_per_token() / p_.model.layers / tp;
+    const double attention = n * attention_layer_s(it.attention_pairs / n, it.kv_read_tokens / n) * layers;
+    (flops / (p_.gpu.peak_flops * p_.attention_compute_efficiency) >=
+             bytes / (p_.gpu.hbm_bytes_per_s * p_.attention_memory_efficiency)
+         ? r.compute_s
+         : r.memory_s) += attention;
+    r.network_s = n * tp_layer_s(part) * layers + pipeline_send_s(it.tokens);
+    r.compute_s += head_s(it.requests);
+    r.engine_s = p_.iteration_overhead_s + p_.per_request_overhead_s * it.requests;
+    return r;
+  }
+
+  /// Tokens per GEMM at which the layer's linear operators turn from weight-read-bound to
+  /// compute-bound on the roofline: weight_bytes * peak * compute_eff / (2 * HBM * memory_eff)
+  /// (Williams et al., "Roofline", CACM 2009; ~103 tokens on an A100 with the default efficiencies). O(1).
+  double gemm_ridge_tokens() const noexcept {
+    return p_.model.weight_bytes * p_.gpu.peak_flops * p_.compute_efficiency /
+           (2.0 * p_.gpu.hbm_bytes_per_s * p_.memory_efficiency);
   }
   /// One request's iteration of `tokens` tokens with the given attention work.
   double iteration_s(double tokens, double attention_pairs, double kv_read_tokens) const noexcept {
@@ -256,6 +303,13 @@ class cost_model {
                     w * p_.model.weight_bytes / (p_.gpu.hbm_bytes_per_s * p_.memory_efficiency));
   }
 
+  /// Activation sends between pipeline stages for a batch of `tokens` tokens: (stages - 1) * tokens *
+  /// hidden fp16 values over tp_link_bytes_per_s (0 without pipeline parallelism). O(1).
+  double pipeline_send_s(double tokens) const noexcept {
+    if (p_.pipeline_parallel <= 1) return 0.0;
+    return (p_.pipeline_parallel - 1) * tokens * p_.model.hidden * 2.0 / p_.tp_link_bytes_per_s;
+  }
+
   /// Seconds to copy t over the host link (swap): one overhead per copy unit plus bytes / bandwidth.
   double transfer_s(const kv_transfer& t) const noexcept {
     return static_cast<double>(t.copy_units) * p_.copy_unit_overhead_s +
@@ -266,9 +320,10 @@ class cost_model {
     return static_cast<double>(tokens) * p_.model.kv_bytes_per_token() / p_.interconnect_bytes_per_s;
   }
 
-  /// HBM left for KV after the weights, over all tensor-parallel GPUs.
+  /// HBM left for KV after the weights, over all tensor- and pipeline-parallel GPUs.
   double kv_bytes_available() const noexcept {
-    return p_.tensor_parallel * p_.gpu.hbm_bytes * p_.memory_utilization - p_.model.parameters * p_.model.weight_bytes;
+    return (p_.tensor_parallel * p_.pipeline_parallel) * p_.gpu.hbm_bytes * p_.memory_utilization -
+           p_.model.parameters * p_.model.weight_bytes;
   }
   /// KV blocks of block_tokens tokens that fit (>= 0).
   std::int64_t kv_blocks(std::int64_t block_tokens) const {
@@ -308,6 +363,11 @@ class cost_model {
         errc::invalid_argument, where, "gpu '", p_.gpu.name, "' needs positive rates and memory");
     expects(p_.tensor_parallel >= 1 && p_.tensor_parallel <= 4096, errc::invalid_argument, where,
             "tensor_parallel must be in [1, 4096], got ", p_.tensor_parallel);
+    expects(p_.pipeline_parallel >= 1 && p_.pipeline_parallel <= 4096 && p_.pipeline_parallel <= p_.model.layers &&
+                p_.tensor_parallel * p_.pipeline_parallel <= 4096,
+            errc::invalid_argument, where, "pipeline_parallel must be in [1, min(4096, layers=", p_.model.layers,
+            ")] with tensor_parallel * pipeline_parallel <= 4096, got ", p_.pipeline_parallel);
+    validate(p_.nano, where);
     const auto unit = [](double e) { return e > 0 && e <= 1; };
     expects(unit(p_.compute_efficiency) && unit(p_.memory_efficiency) && unit(p_.attention_compute_efficiency) &&
                 unit(p_.attention_memory_efficiency) && unit(p_.memory_utilization),
@@ -318,7 +378,7 @@ class cost_model {
                 p_.interconnect_bytes_per_s > 0 && p_.tp_link_bytes_per_s > 0,
             errc::invalid_argument, where, "overheads must be finite and >= 0, link rates > 0");
     expects(kv_bytes_available() > 0, errc::invalid_argument, where, "model '", m.name, "' weights do not fit in ",
-            p_.tensor_parallel, " x ", p_.gpu.name);
+            p_.tensor_parallel * p_.pipeline_parallel, " x ", p_.gpu.name);
   }
 
   cost_params p_;
