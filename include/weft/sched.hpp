@@ -6,7 +6,9 @@
 #include <weft/sched/any_batch_scheduler.hpp>
 #include <weft/sched/any_fair_queue.hpp>
 #include <weft/sched/batch.hpp>
+#include <weft/sched/chunked_prefill.hpp>
 #include <weft/sched/concepts.hpp>
+#include <weft/sched/continuous_batching.hpp>
 #include <weft/sched/drr_queue.hpp>
 #include <weft/sched/dynamic_splitfuse.hpp>
 #include <weft/sched/fcfs_queue.hpp>
@@ -15,6 +17,7 @@
 #include <weft/sched/prefix_aware_queue.hpp>
 #include <weft/sched/prefix_group_queue.hpp>
 #include <weft/sched/request.hpp>
+#include <weft/sched/scheduler_options.hpp>
 #include <weft/sched/slo_priority_queue.hpp>
 #include <weft/sched/victim_policy.hpp>
 #include <weft/sched/vtc_queue.hpp>

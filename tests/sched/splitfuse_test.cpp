@@ -1,6 +1,7 @@
 // DeepSpeed-FastGen's Dynamic SplitFuse: the scheduler settings (dynamic_splitfuse.hpp) and the
 // saturating forward size on a cost model (sim/forward_size.hpp).
 #include <weft/sched/dynamic_splitfuse.hpp>
+#include <weft/sched/iteration_scheduler.hpp>
 #include <weft/sched/sim/forward_size.hpp>
 
 #include "harness.hpp"

@@ -5,7 +5,7 @@
 #pragma once
 
 #include <weft/core/error.hpp>
-#include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/chunked_prefill.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -10,10 +10,13 @@
 #include <weft/core/error.hpp>
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
+#include <weft/sched/chunked_prefill.hpp>  // named settings, once defined here
 #include <weft/sched/concepts.hpp>
+#include <weft/sched/continuous_batching.hpp>  // named settings, once defined here
 #include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/request.hpp>
+#include <weft/sched/scheduler_options.hpp>
 #include <weft/sched/victim_policy.hpp>
 
 #include <algorithm>
@@ -29,31 +32,6 @@
 #include <vector>
 
 namespace weft::sched {
-
-struct scheduler_options {
-  /// Tokens (prefill + decode) one iteration may compute. Chunked mode: the Sarathi budget (set it from
-  /// a TBT target with sim::token_budget_for_tbt); it must be >= max_running so every running decode
-  /// fits. Unchunked (Orca): a prompt is prefilled whole; the first prefill of an iteration may exceed it.
-  std::int64_t token_budget = 2048;
-  std::size_t max_running = 256;  ///< requests holding device KV at once (batch size cap); >= 1
-  bool chunked_prefill = true;
-  preemption_mode preemption = preemption_mode::recompute;
-  /// FastSwitch: a waiting request that does not fit may swap out running requests of strictly lower
-  /// priority (needs a host tier; falls back to recompute when the host is full).
-  bool inter_tenant_preemption = false;
-};
-
-/// Cumulative counters of one scheduler.
-struct scheduler_stats {
-  std::uint64_t admitted = 0;              ///< requests taken from the queue into the running batch
-  std::uint64_t preempted_recompute = 0;   ///< preemptions that dropped a request's KV (it prefills again)
-  std::uint64_t preempted_swap = 0;        ///< preemptions that moved a request's KV to the host tier
-  std::uint64_t swapped_in = 0;            ///< swapped-out requests brought back
-  std::uint64_t aborted = 0;               ///< requests ended because they cannot fit the cache even alone
-  std::uint64_t rejected = 0;              ///< submits refused because the prompt can never fit the cache
-  std::uint64_t forked = 0;                ///< requests started by fork()
-  std::uint64_t cached_prompt_tokens = 0;  ///< prompt tokens admissions found in the prefix cache (not computed)
-};
 
 /// The batch scheduler. Each schedule(now): (1) every running decode gets one token, in admission order;
 /// (2) swapped-out requests come back while KV allows; (3) partial prefills continue; (4) preempted and
@@ -1021,24 +999,5 @@ class iteration_scheduler {
   std::size_t head_ = 0;
   std::size_t dead_ = 0;
 };
-
-/// Orca-style continuous batching: whole-prompt prefills, token_budget caps the prefill tokens added
-/// to an iteration after its first prefill.
-inline scheduler_options continuous_batching(std::size_t max_running = 256, std::int64_t max_batch_tokens = 8192) {
-  scheduler_options o;
-  o.chunked_prefill = false;
-  o.max_running = max_running;
-  o.token_budget = max_batch_tokens;
-  return o;
-}
-
-/// Sarathi-Serve chunked prefill with a token budget per iteration.
-inline scheduler_options chunked_prefill(std::int64_t token_budget, std::size_t max_running = 256) {
-  scheduler_options o;
-  o.chunked_prefill = true;
-  o.token_budget = token_budget;
-  o.max_running = max_running;
-  return o;
-}
 
 }  // namespace weft::sched
