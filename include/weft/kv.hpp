@@ -5,6 +5,7 @@
 #pragma once
 
 #include <weft/kv/admission.hpp>
+#include <weft/kv/any_eviction_policy.hpp>
 #include <weft/kv/block_hasher.hpp>
 #include <weft/kv/block_pool.hpp>
 #include <weft/kv/block_table.hpp>

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-namespace coded_allreduce_test {
+namespace weft_test {
 
 using weft::coding::linear_code;
 inline constexpr std::size_t dim = 257;
@@ -51,4 +51,4 @@ inline double rel_error(const std::vector<float>& got, const std::vector<double>
   return std::sqrt(num / den);
 }
 
-}  // namespace coded_allreduce_test
+}  // namespace weft_test

@@ -22,7 +22,7 @@
 
 using namespace weft::coding;
 using namespace std::chrono_literals;
-using namespace coded_allreduce_test;
+using namespace weft_test;
 namespace wc = weft::comm;
 
 namespace {

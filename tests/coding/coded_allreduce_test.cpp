@@ -26,7 +26,7 @@ using namespace weft::coding;
 using namespace std::chrono_literals;
 namespace wc = weft::comm;
 using Catch::Matchers::Contains;
-using namespace coded_allreduce_test;
+using namespace weft_test;
 
 namespace {
 

@@ -114,6 +114,8 @@ TEST_CASE("radix cache: eviction order follows the policy", "[kv][radix]") {
   CHECK(run(priority_eviction{}).front() == 5);  // z has priority -1
   CHECK(run(any_eviction_policy::named("fifo")).front() == 1);
   CHECK_THROWS_WITH(any_eviction_policy::named("random"), Catch::Contains("lru, lfu, fifo or priority"));
+  CHECK(run(make_eviction_policy("lru")).front() == 5);
+  CHECK_THROWS_WITH(make_eviction_policy(""), Catch::Contains("unknown eviction policy ''"));
 }
 
 TEST_CASE("radix cache: a TTL pin keeps an agent's context until it expires", "[kv][radix]") {

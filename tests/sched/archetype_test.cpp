@@ -15,8 +15,8 @@ using namespace weft::sched;
 
 namespace {
 
-using test::min_kv;
-using test::min_queue;
+using weft_test::min_kv;
+using weft_test::min_queue;
 
 struct min_victim {
   std::size_t choose(std::span<const victim_candidate>) const { return 0; }
@@ -36,16 +36,16 @@ TEST_CASE("the scheduler runs on archetype policies", "[sched][archetype]") {
   min_kv kv;
   kv.capacity = 600;
   iteration_scheduler<min_queue, min_kv, min_victim> s(chunked_prefill(64, 8), min_queue{}, kv);
-  std::vector<test::job> jobs;
+  std::vector<weft_test::job> jobs;
   for (std::uint64_t i = 1; i <= 20; ++i) {
-    test::job j;
+    weft_test::job j;
     j.req.id = request_id(i);
     j.req.client = client_id(0);
     j.req.prompt_tokens = static_cast<std::int64_t>(40 + (i * 7) % 60);
     j.output = static_cast<std::int64_t>(10 + (i * 13) % 50);
     jobs.push_back(j);
   }
-  const auto out = test::run_jobs(s, jobs, [](const batch& b, auto&) { CHECK(b.tokens() <= 64); });
+  const auto out = weft_test::run_jobs(s, jobs, [](const batch& b, auto&) { CHECK(b.tokens() <= 64); });
   CHECK(out.completed == 20);
   CHECK(out.aborted == 0);
   CHECK(s.idle());
@@ -60,19 +60,19 @@ static_assert(batch_scheduler<any_batch_scheduler>);
 TEST_CASE("any_batch_scheduler runs a scheduler chosen at run time", "[sched][any]") {
   for (int choice = 0; choice < 2; ++choice) {
     any_batch_scheduler s = choice == 0 ? any_batch_scheduler(std::make_unique<iteration_scheduler<vtc_queue>>(
-                                              chunked_prefill(64, 8), vtc_queue{}, test::kv_of(256)))
+                                              chunked_prefill(64, 8), vtc_queue{}, weft_test::kv_of(256)))
                                         : any_batch_scheduler(std::make_unique<iteration_scheduler<>>(
-                                              continuous_batching(8, 256), fcfs_queue{}, test::kv_of(256)));
-    std::vector<test::job> jobs;
+                                              continuous_batching(8, 256), fcfs_queue{}, weft_test::kv_of(256)));
+    std::vector<weft_test::job> jobs;
     for (std::uint64_t i = 1; i <= 10; ++i) {
-      test::job j;
+      weft_test::job j;
       j.req.id = request_id(i);
       j.req.client = client_id(static_cast<std::uint32_t>(i % 2));
       j.req.prompt_tokens = 50;
       j.output = 5;
       jobs.push_back(j);
     }
-    const auto out = test::run_jobs(s, jobs, [](const batch&, auto&) {});
+    const auto out = weft_test::run_jobs(s, jobs, [](const batch&, auto&) {});
     CHECK(out.completed == 10);
     CHECK(s.idle());
   }

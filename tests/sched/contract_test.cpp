@@ -267,7 +267,7 @@ run_result run(const workload& w, Make&& make, bool inject) {
     finished.clear();
     decoded.clear();
     for (const auto& e : b.entries) {
-      decoded.push_back(e.emits_token ? test::sampled_token(e.id, ++emitted[e.id]) : -1);
+      decoded.push_back(e.emits_token ? weft_test::sampled_token(e.id, ++emitted[e.id]) : -1);
       if (e.emits_token && --left[e.id] == 0) finished.push_back(e.id);
     }
     for (auto id : b.aborted) trace << "aborted " << id << '\n';
@@ -314,7 +314,7 @@ request with_prompt(std::uint64_t id, const std::vector<token_id>& p) {
 }  // namespace
 
 TEST_CASE("a request id is refused while the scheduler holds it", "[sched][contract]") {
-  iteration_scheduler<> s(chunked_prefill(64, 4), fcfs_queue{}, test::kv_of(64));
+  iteration_scheduler<> s(chunked_prefill(64, 4), fcfs_queue{}, weft_test::kv_of(64));
   const auto p = ids({1, 2, 3, 4, 5});
   REQUIRE(s.submit(with_prompt(1, p), 0.0));
   CHECK_THROWS_WITH(s.submit(with_prompt(1, p), 0.0),
@@ -330,7 +330,7 @@ TEST_CASE("a request id is refused while the scheduler holds it", "[sched][contr
 }
 
 TEST_CASE("requests are validated at submit: token spans, media, sizes", "[sched][contract]") {
-  iteration_scheduler<> s(chunked_prefill(64, 4), fcfs_queue{}, test::kv_of(64));
+  iteration_scheduler<> s(chunked_prefill(64, 4), fcfs_queue{}, weft_test::kv_of(64));
   const auto p = ids({1, 2, 3, 4, 5});
   request r = with_prompt(1, p);
   r.prompt_tokens = 6;
@@ -356,7 +356,7 @@ TEST_CASE("requests are validated at submit: token spans, media, sizes", "[sched
 }
 
 TEST_CASE("complete() checks its input, names the request and the rule, and changes nothing", "[sched][contract]") {
-  iteration_scheduler<> s(chunked_prefill(8, 4), fcfs_queue{}, test::kv_of(64));
+  iteration_scheduler<> s(chunked_prefill(8, 4), fcfs_queue{}, weft_test::kv_of(64));
   const auto a = ids({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});  // prefilled in two chunks of 8 and 4
   const auto b = ids({1, 2, 3});
   request counted;

@@ -17,7 +17,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace weft::sched::test {
+namespace weft_test {
+// The sched tests' helpers see weft::sched's names as the tests do.
+using namespace weft::sched;
 
 /// weft::kv's manager with `blocks` usable device blocks of 16 tokens and `host` host blocks.
 inline weft::kv::kv_manager<> kv_of(std::int64_t blocks, std::int64_t host = 0,
@@ -171,4 +173,4 @@ outcome run_jobs(S& s, const std::vector<job>& jobs, F&& on_batch, std::int64_t 
   return out;
 }
 
-}  // namespace weft::sched::test
+}  // namespace weft_test

@@ -15,8 +15,8 @@ using namespace weft::sched::sim;
 
 namespace {
 
-using test::min_kv;
-using test::min_queue;
+using weft_test::min_kv;
+using weft_test::min_queue;
 
 request req(std::uint64_t id, std::int64_t prompt, double at = 0.0) {
   request r;
@@ -34,7 +34,7 @@ static_assert(batch_scheduler<prefill_first_scheduler<>>);
 static_assert(batch_scheduler<prefill_first_scheduler<min_queue, min_kv>>);
 
 TEST_CASE("prefill-first: waiting prompts get prefill-only iterations; decodes wait", "[sched][prefill_first]") {
-  prefill_first_scheduler<> s(vllm_baseline(8, 1000), fcfs_queue{}, test::kv_of(1000));
+  prefill_first_scheduler<> s(vllm_baseline(8, 1000), fcfs_queue{}, weft_test::kv_of(1000));
   CHECK(s.submit(req(1, 300), 0));
   CHECK(s.submit(req(2, 400), 0));
   CHECK(s.submit(req(3, 500), 0));  // 300 + 400 + 500 > 1000: waits for the next prefill iteration
@@ -73,17 +73,17 @@ TEST_CASE("prefill-first: waiting prompts get prefill-only iterations; decodes w
 }
 
 TEST_CASE("prefill-first: refuses what can never run; respects the running cap", "[sched][prefill_first]") {
-  prefill_first_scheduler<> s(vllm_baseline(2, 1000), fcfs_queue{}, test::kv_of(1000));
+  prefill_first_scheduler<> s(vllm_baseline(2, 1000), fcfs_queue{}, weft_test::kv_of(1000));
   CHECK_FALSE(s.submit(req(1, 1001), 0));  // longer than max_batched_tokens (vLLM ignores it)
   CHECK(s.stats().rejected == 1);
   for (std::uint64_t i = 2; i <= 5; ++i) CHECK(s.submit(req(i, 10), 0));
   CHECK(s.schedule(0).entries.size() == 2);
   s.complete({});
   CHECK(s.waiting() == 2);
-  CHECK_THROWS_AS(prefill_first_scheduler<>(vllm_baseline(0, 10), fcfs_queue{}, test::kv_of(64)), weft::error);
+  CHECK_THROWS_AS(prefill_first_scheduler<>(vllm_baseline(0, 10), fcfs_queue{}, weft_test::kv_of(64)), weft::error);
   prefill_first_options bad;
   bad.watermark = 1.0;
-  CHECK_THROWS_AS(prefill_first_scheduler<>(bad, fcfs_queue{}, test::kv_of(64)), weft::error);
+  CHECK_THROWS_AS(prefill_first_scheduler<>(bad, fcfs_queue{}, weft_test::kv_of(64)), weft::error);
 }
 
 TEST_CASE("prefill-first: KV pressure preempts the latest arrival by recompute; all finish", "[sched][prefill_first]") {

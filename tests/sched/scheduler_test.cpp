@@ -13,13 +13,13 @@ using namespace weft::sched;
 
 namespace {
 
-std::vector<test::job> random_jobs(std::uint32_t seed, int n, std::int64_t max_prompt = 600,
-                                   std::int64_t max_out = 120) {
+std::vector<weft_test::job> random_jobs(std::uint32_t seed, int n, std::int64_t max_prompt = 600,
+                                        std::int64_t max_out = 120) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::int64_t> p(1, max_prompt), o(1, max_out);
-  std::vector<test::job> jobs;
+  std::vector<weft_test::job> jobs;
   for (int i = 0; i < n; ++i) {
-    test::job j;
+    weft_test::job j;
     j.req.id = request_id(static_cast<std::uint64_t>(i + 1));
     j.req.client = client_id(static_cast<std::uint32_t>(i % 3));
     j.req.prompt_tokens = p(rng);
@@ -29,7 +29,7 @@ std::vector<test::job> random_jobs(std::uint32_t seed, int n, std::int64_t max_p
   return jobs;
 }
 
-using test::kv_of;
+using weft_test::kv_of;
 
 // Checks Sarathi's two rules on every batch: the token budget holds, and every request that emitted a
 // token last iteration and did not finish decodes in this one (unless it was preempted now).
@@ -50,7 +50,7 @@ struct stall_free_checker {
     for (const auto& e : b.entries)
       if (e.emits_token && --remaining[e.id] > 0) decoding.insert(e.id);
   }
-  static std::map<request_id, std::int64_t> outputs(const std::vector<test::job>& jobs) {
+  static std::map<request_id, std::int64_t> outputs(const std::vector<weft_test::job>& jobs) {
     std::map<request_id, std::int64_t> m;
     for (const auto& j : jobs) m[j.req.id] = j.output;
     return m;
@@ -66,7 +66,7 @@ TEST_CASE("chunked prefill keeps the budget, never stalls a decode and completes
     iteration_scheduler<vtc_queue> s(chunked_prefill(256, 64), vtc_queue{}, kv_of(2048));
     stall_free_checker check{256, stall_free_checker::outputs(jobs), {}, 0, 0};
     std::set<request_id> finished_seen;
-    const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) {
+    const auto out = weft_test::run_jobs(s, jobs, [&](const batch& b, auto&) {
       check(b);
       for (const auto& e : b.entries) CHECK(e.prefill_tokens + e.decode_tokens >= 1);
     });
@@ -87,7 +87,7 @@ TEST_CASE("decodes are never stalled even when KV pressure preempts", "[sched][c
     o.preemption = mode;
     iteration_scheduler<> s(o, fcfs_queue{}, kv_of(160, 400));  // 2560 tokens: heavy preemption
     stall_free_checker check{128, stall_free_checker::outputs(jobs), {}, 0, 0};
-    const auto out = test::run_jobs(
+    const auto out = weft_test::run_jobs(
         s, jobs, [&](const batch& b, auto&) { check(b); }, 200000);
     CHECK(check.violations == 0);
     CHECK(check.over_budget == 0);
@@ -108,7 +108,7 @@ TEST_CASE("no livelock: preemption under a cache that fits two requests still fi
   // 40 blocks = 640 tokens; requests of up to 300 + 200 tokens: at most one or two fit at a time.
   const auto jobs = random_jobs(3, 60, 300, 200);
   iteration_scheduler<> s(chunked_prefill(256, 16), fcfs_queue{}, kv_of(40));
-  const auto out = test::run_jobs(
+  const auto out = weft_test::run_jobs(
       s, jobs, [](const batch&, auto&) {}, 100000);
   CHECK(out.completed == 60);
   CHECK(out.iterations < 100000);
@@ -120,7 +120,7 @@ TEST_CASE("continuous batching prefills whole prompts", "[sched][orca]") {
   iteration_scheduler<> s(continuous_batching(32, 1024), fcfs_queue{}, kv_of(4096));
   std::map<request_id, std::int64_t> prompt;
   for (const auto& j : jobs) prompt[j.req.id] = j.req.prompt_tokens;
-  const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) {
+  const auto out = weft_test::run_jobs(s, jobs, [&](const batch& b, auto&) {
     for (const auto& e : b.entries)
       if (e.prefill_tokens > 0) CHECK(e.prefill_tokens == prompt[e.id]);
   });
@@ -131,14 +131,14 @@ TEST_CASE("continuous batching prefills whole prompts", "[sched][orca]") {
 namespace {
 // Six prompts of 200 tokens that share their first 160 token ids (a system prompt), each with 40 of
 // its own; the ids live in `store`.
-std::vector<test::job> shared_prefix_jobs(std::vector<std::vector<token_id>>& store) {
-  std::vector<test::job> jobs;
+std::vector<weft_test::job> shared_prefix_jobs(std::vector<std::vector<token_id>>& store) {
+  std::vector<weft_test::job> jobs;
   store.assign(6, {});
   for (std::uint64_t i = 1; i <= 6; ++i) {
     auto& t = store[i - 1];
     for (int k = 0; k < 160; ++k) t.push_back(static_cast<token_id>(1000 + k));
     for (int k = 0; k < 40; ++k) t.push_back(static_cast<token_id>(10000 * i + static_cast<std::uint64_t>(k)));
-    test::job j;
+    weft_test::job j;
     j.req.id = request_id(i);
     j.req.client = client_id(0);
     j.req.prompt_tokens = 200;
@@ -156,7 +156,7 @@ TEST_CASE("cached prefixes are not prefilled again", "[sched][prefix]") {
   const auto jobs = shared_prefix_jobs(store);
   iteration_scheduler<prefix_aware_queue> s(chunked_prefill(512, 1), prefix_aware_queue{}, kv_of(256));
   std::int64_t prefilled = 0;
-  const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
+  const auto out = weft_test::run_jobs(s, jobs, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
   CHECK(out.completed == 6);
   // First request prefills 200; the other five only their 40 private tokens.
   CHECK(prefilled == 200 + 5 * 40);
@@ -166,7 +166,7 @@ TEST_CASE("cached prefixes are not prefilled again", "[sched][prefix]") {
   for (auto& j : counted) j.req.prompt = {};
   iteration_scheduler<prefix_aware_queue> c(chunked_prefill(512, 1), prefix_aware_queue{}, kv_of(256));
   prefilled = 0;
-  test::run_jobs(c, counted, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
+  weft_test::run_jobs(c, counted, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
   CHECK(prefilled == 6 * 200);
 }
 
@@ -183,7 +183,7 @@ TEST_CASE("verify on hit and per-tenant isolation through the scheduler: the cli
     c.isolate_tenants = isolate;
     iteration_scheduler<> s(chunked_prefill(512, 1), fcfs_queue{}, weft::kv::kv_manager<>(c));
     std::int64_t prefilled = 0;
-    const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
+    const auto out = weft_test::run_jobs(s, jobs, [&](const batch& b, auto&) { prefilled += b.prefill_tokens; });
     CAPTURE(isolate);
     CHECK(out.completed == 6);
     // Shared: one request computes the 160-token prefix, five hit it. Isolated: each tenant computes
@@ -199,7 +199,7 @@ TEST_CASE("a prompt arriving while its prefix is still being computed does not h
   const auto jobs = shared_prefix_jobs(store);
   iteration_scheduler<> s(chunked_prefill(512, 8), fcfs_queue{}, kv_of(256));
   std::vector<std::int64_t> first_chunk(7, -1);
-  const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) {
+  const auto out = weft_test::run_jobs(s, jobs, [&](const batch& b, auto&) {
     for (const auto& e : b.entries)
       if (first_chunk[e.id.value()] < 0 && e.prefill_tokens > 0) first_chunk[e.id.value()] = e.first_position();
   });

@@ -12,12 +12,12 @@
 #include <string>
 
 using namespace weft::sched;
-using weft::sched::test::kv_of;
+using weft_test::kv_of;
 
 namespace {
 
-test::job job_of(std::uint64_t id, std::int64_t prompt, std::int64_t output) {
-  test::job j;
+weft_test::job job_of(std::uint64_t id, std::int64_t prompt, std::int64_t output) {
+  weft_test::job j;
   j.req.id = request_id(id);
   j.req.prompt_tokens = prompt;
   j.output = output;
@@ -29,13 +29,13 @@ test::job job_of(std::uint64_t id, std::int64_t prompt, std::int64_t output) {
 TEST_CASE("dynamic SplitFuse: short prompts fused, a long one split, every pass exactly full while work lasts",
           "[sched][splitfuse]") {
   // Four short prompts (100 tokens) and a long one (3000) against a 512-token pass.
-  std::vector<test::job> jobs = {job_of(1, 100, 4), job_of(2, 100, 4), job_of(3, 3000, 4), job_of(4, 100, 4),
-                                 job_of(5, 100, 4)};
+  std::vector<weft_test::job> jobs = {job_of(1, 100, 4), job_of(2, 100, 4), job_of(3, 3000, 4), job_of(4, 100, 4),
+                                      job_of(5, 100, 4)};
   iteration_scheduler<> s(dynamic_splitfuse(512, 64), fcfs_queue{}, kv_of(4096));
   std::vector<std::int64_t> sizes, prefills;
   std::int64_t long_chunks = 0;
   std::int64_t first_pass_prompts = -1;
-  const auto out = test::run_jobs(s, jobs, [&](const batch& b, auto&) {
+  const auto out = weft_test::run_jobs(s, jobs, [&](const batch& b, auto&) {
     sizes.push_back(b.tokens());
     prefills.push_back(b.prefill_tokens);
     if (first_pass_prompts < 0) first_pass_prompts = static_cast<std::int64_t>(b.entries.size());

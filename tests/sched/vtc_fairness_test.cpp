@@ -28,11 +28,11 @@ fairness_run run_overload(std::uint32_t seed, Queue queue, std::int64_t kv_block
   std::uniform_int_distribution<std::int64_t> in_len(1, 256), out_len(1, 256);
   const service_weights w{};
   // Client 0 floods (its 300 requests arrive first); clients 1..3 send 60 each just after.
-  std::vector<test::job> jobs;
+  std::vector<weft_test::job> jobs;
   std::uint64_t id = 1;
   std::int64_t max_in = 0, max_out = 0;
   auto add = [&](std::uint32_t client, double t) {
-    test::job j;
+    weft_test::job j;
     j.req.id = request_id(id++);
     j.req.client = client_id(client);
     j.req.prompt_tokens = in_len(rng);
@@ -47,7 +47,7 @@ fairness_run run_overload(std::uint32_t seed, Queue queue, std::int64_t kv_block
     for (std::uint32_t c = 1; c <= 3; ++c) add(c, 0.001);
 
   // KV for M = 16 * kv_blocks tokens, continuous batching (whole-prompt prefills, the paper's setting).
-  iteration_scheduler<Queue> s(continuous_batching(16, 4096), std::move(queue), test::kv_of(kv_blocks));
+  iteration_scheduler<Queue> s(continuous_batching(16, 4096), std::move(queue), weft_test::kv_of(kv_blocks));
 
   std::map<request_id, std::uint32_t> client_of;
   std::map<request_id, std::int64_t> prompt_of;
@@ -64,7 +64,7 @@ fairness_run run_overload(std::uint32_t seed, Queue queue, std::int64_t kv_block
   result.paper_bound =
       2.0 * std::max(w.input * static_cast<double>(max_in), w.output * static_cast<double>(16 * kv_blocks));
   bool all_backlogged = true;
-  test::run_jobs(s, jobs, [&](const batch& b, auto&) {
+  weft_test::run_jobs(s, jobs, [&](const batch& b, auto&) {
     if (!all_backlogged) return;
     for (const auto& e : b.entries) {
       const std::uint32_t c = client_of[e.id];

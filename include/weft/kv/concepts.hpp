@@ -1,6 +1,6 @@
 // The kv module's policy concepts: how a full block's content key is hashed (and which fields
 // enter it), how a radix prefix cache ranks eviction victims, and what a block allocator must
-// offer to block tables. Users satisfy them with their own types; tests/kv/archetypes_test.cpp
+// offer to block tables. Users satisfy them with their own types; tests/kv/archetype_test.cpp
 // instantiates the weakest ones.
 #pragma once
 
