@@ -49,9 +49,7 @@ requires reduce_op<Op, T>
 void allreduce(Tr& t, std::span<T> data, Op op = {}, const options& opt = {}) {
   constexpr const char* where = "weft::comm::allreduce";
   const int p = static_cast<int>(t.size());
-  expects(opt.timeout.count() > 0, errc::invalid_argument, where, "timeout must be positive, got ", opt.timeout.count(),
-          " ms");
-  expects(opt.segment_bytes > 0, errc::invalid_argument, where, "segment_bytes must be positive");
+  detail::check_call_options(where, opt);
   algorithm algo = opt.algo;
   if (algo == algorithm::automatic) algo = resolve_automatic(data.size_bytes(), p, opt);
   if (algo == algorithm::hierarchical)

@@ -32,9 +32,7 @@ bool overlap(std::span<A> a, std::span<B> b) noexcept {
 }
 
 inline deadline start_call(const char* where, const options& opt) {
-  expects(opt.timeout.count() > 0, errc::invalid_argument, where, "timeout must be positive, got ", opt.timeout.count(),
-          " ms");
-  expects(opt.segment_bytes > 0, errc::invalid_argument, where, "segment_bytes must be positive");
+  detail::check_call_options(where, opt);
   return clock_type::now() + opt.timeout;
 }
 

@@ -5,6 +5,7 @@
 
 #include <weft/comm/concepts.hpp>
 #include <weft/core/dtype.hpp>
+#include <weft/core/error.hpp>
 #include <weft/core/hash.hpp>
 
 #include <chrono>
@@ -127,6 +128,14 @@ constexpr std::string_view to_string(collective c) noexcept {
 }
 
 namespace detail {
+
+/// The checks every collective makes of its options (one place, one message). O(1).
+inline void check_call_options(const char* where, const options& opt) {
+  expects(opt.timeout.count() > 0, errc::invalid_argument, where, "timeout must be positive, got ", opt.timeout.count(),
+          " ms");
+  expects(opt.segment_bytes > 0, errc::invalid_argument, where, "segment_bytes must be positive");
+}
+
 /// FNV-1a, 32 bits: enough to make accidental agreement of two different calls unlikely.
 constexpr std::uint32_t fnv1a(std::uint32_t h, std::uint64_t v) noexcept {
   for (int i = 0; i < 8; ++i) {

@@ -146,31 +146,31 @@ class tcp_mesh {
  public:
   explicit tcp_mesh(const tcp_mesh_request& req)
       : rank_(req.rank), size_(req.size), conns_(req.connections), limits_(req.limits), log_(label(req.rank)) {
-    constexpr const char* ctx = "weft::comm::tcp_transport::tcp_transport";
-    expects(size_ >= 1 && size_ <= max_tcp_ranks, errc::invalid_argument, ctx, "size ", size_, " must be in [1, ",
+    constexpr const char* where = "weft::comm::tcp_transport::tcp_transport";
+    expects(size_ >= 1 && size_ <= max_tcp_ranks, errc::invalid_argument, where, "size ", size_, " must be in [1, ",
             max_tcp_ranks, "]");
-    expects(rank_ >= 0 && rank_ < size_, errc::invalid_argument, ctx, "rank ", rank_, " must be in [0, ", size_, ")");
-    expects(conns_ >= 1 && conns_ <= 64, errc::invalid_argument, ctx, "connections ", conns_, " must be in [1, 64]");
+    expects(rank_ >= 0 && rank_ < size_, errc::invalid_argument, where, "rank ", rank_, " must be in [0, ", size_, ")");
+    expects(conns_ >= 1 && conns_ <= 64, errc::invalid_argument, where, "connections ", conns_, " must be in [1, 64]");
     expects(!req.directory.empty() || (!req.rendezvous_host.empty() && req.rendezvous_port != 0),
-            errc::invalid_argument, ctx,
+            errc::invalid_argument, where,
             "the rendezvous needs a rank-0 host and non-zero port, or a file-store directory");
-    expects(req.connect_timeout.count() > 0 && limits_.handshake_timeout.count() > 0, errc::invalid_argument, ctx,
+    expects(req.connect_timeout.count() > 0 && limits_.handshake_timeout.count() > 0, errc::invalid_argument, where,
             "connect_timeout and handshake_timeout must be positive");
-    secret_ = job_secret::resolve(req.secret, ctx);
+    secret_ = job_secret::resolve(req.secret, where);
     instance_ = crypto::random_u64() | 1;  // never 0
     directory_ = req.directory;
     fds_.resize(static_cast<std::size_t>(size_ * conns_));
-    bind_ip_ = bind_address(req.bind, ctx);
+    bind_ip_ = bind_address(req.bind, where);
     if (size_ == 1) return;
     const deadline until = clock_type::now() + req.connect_timeout;
 
     // 1. Listen for data connections on an ephemeral port. A single-host job (file store, or a
     //    loopback rendezvous) listens on loopback unless told otherwise.
     in_addr store{};
-    if (directory_.empty()) store = resolve_ipv4(req.rendezvous_host, ctx);
+    if (directory_.empty()) store = resolve_ipv4(req.rendezvous_host, where);
     const bool single_host = !directory_.empty() || is_loopback(store);
     if (req.bind.empty() && single_host) bind_ip_ = *parse_ipv4("127.0.0.1");
-    listener_ = listen_tcp(bind_ip_, 0, ctx);
+    listener_ = listen_tcp(bind_ip_, 0, where);
     port_ = local_port(listener_.get());
     if (secret_.empty())
       announce_unauthenticated("weft::comm::tcp_transport",
@@ -226,8 +226,8 @@ class tcp_mesh {
   // ---- rank-0 rendezvous ----------------------------------------------------------------------
 
   void rank0_serve(in_addr store, std::uint16_t store_port, deadline until) {
-    constexpr const char* ctx = "weft::comm::tcp_transport (rank-0 rendezvous)";
-    unique_fd acc = listen_tcp(store, store_port, ctx);
+    constexpr const char* where = "weft::comm::tcp_transport (rank-0 rendezvous)";
+    unique_fd acc = listen_tcp(store, store_port, where);
     table_[0] = {bind_ip_.s_addr == htonl(INADDR_ANY) ? ipv4_string(store) : ipv4_string(bind_ip_), port_, instance_};
     std::vector<unique_fd> clients(static_cast<std::size_t>(size_));
     const peer_identity id = me();
@@ -245,11 +245,11 @@ class tcp_mesh {
         std::string missing;
         for (int q = 1; q < size_; ++q)
           if (table_[static_cast<std::size_t>(q)].port == 0) missing += " " + std::to_string(q);
-        weft::detail::raise(errc::timeout, ctx, "rank 0: ranks", missing,
+        weft::detail::raise(errc::timeout, where, "rank 0: ranks", missing,
                             " did not register before the connect timeout", log_.summary());
       }
       if (a->fd < 0)
-        weft::detail::raise(errc::mismatch, ctx, "rank 0 refused a rank that holds the job secret: ", a->refused);
+        weft::detail::raise(errc::mismatch, where, "rank 0 refused a rank that holds the job secret: ", a->refused);
       unique_fd c(a->fd);
       std::string host = a->peer.host;
       if (host.empty()) {  // the address it connected from is the one the others can reach it at
@@ -263,18 +263,18 @@ class tcp_mesh {
     }
     const auto bytes = encode_rank_table(table_);
     for (int q = 1; q < size_; ++q)
-      write_exact(clients[static_cast<std::size_t>(q)].get(), bytes.data(), bytes.size(), until, ctx,
+      write_exact(clients[static_cast<std::size_t>(q)].get(), bytes.data(), bytes.size(), until, where,
                   ("rank 0 sending the rank table to rank " + std::to_string(q)).c_str());
   }
 
   void rank0_register(in_addr store, std::uint16_t store_port, deadline until) {
-    constexpr const char* ctx = "weft::comm::tcp_transport (rank-0 rendezvous)";
+    constexpr const char* where = "weft::comm::tcp_transport (rank-0 rendezvous)";
     peer_identity id = me();
     if (bind_ip_.s_addr != htonl(INADDR_ANY) && !is_loopback(bind_ip_)) id.host = ipv4_string(bind_ip_);
     const std::string whom = "rank 0's rendezvous at " + ipv4_string(store) + ":" + std::to_string(store_port);
     unique_fd fd;
     for (;;) {
-      fd = connect_tcp(store, store_port, in_addr{htonl(INADDR_ANY)}, until, ctx, whom);
+      fd = connect_tcp(store, store_port, in_addr{htonl(INADDR_ANY)}, until, where, whom);
       handshake hs(
           handshake::role::client, conn_kind::rendezvous, id, secret_,
           [&](const peer_identity& p) -> std::string {
@@ -288,31 +288,32 @@ class tcp_mesh {
       if (hs.state() == handshake::status::done) break;
       // A refusal or a disagreement is the job's configuration: fail now. A dropped connection
       // (rank 0 evicted it under a flood) is retried until the deadline.
-      expects(hs.failure_code() != errc::mismatch && hs.failure_code() != errc::parse, errc::mismatch, ctx, "rank ",
+      expects(hs.failure_code() != errc::mismatch && hs.failure_code() != errc::parse, errc::mismatch, where, "rank ",
               rank_, " registering with ", whom, ": ", hs.failure());
-      expects(clock_type::now() < until, errc::timeout, ctx, "rank ", rank_, " registering with ", whom, ": ",
+      expects(clock_type::now() < until, errc::timeout, where, "rank ", rank_, " registering with ", whom, ": ",
               hs.failure());
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     // The table: u32 count, then the entries, each field bounded before it is read.
     std::vector<std::byte> bytes(4);
-    read_exact(fd.get(), bytes.data(), 4, until, ctx, "the rank table from rank 0");
+    read_exact(fd.get(), bytes.data(), 4, until, where, "the rank table from rank 0");
     const auto count = get_le(bytes.data(), 4);
-    expects(count == static_cast<std::uint64_t>(size_), errc::parse, ctx, "rank 0's table lists ", count,
+    expects(count == static_cast<std::uint64_t>(size_), errc::parse, where, "rank 0's table lists ", count,
             " ranks; this job has ", size_);
     for (int q = 0; q < size_; ++q) {
       const std::size_t at = bytes.size();
       bytes.resize(at + 12);
-      read_exact(fd.get(), bytes.data() + at, 12, until, ctx, "the rank table from rank 0");
+      read_exact(fd.get(), bytes.data() + at, 12, until, where, "the rank table from rank 0");
       const auto len = static_cast<std::size_t>(get_le(bytes.data() + at + 2, 2));
-      weft::check_limit(len, limits_.max_host_bytes, ctx, "rank table host length");
+      weft::check_limit(len, limits_.max_host_bytes, where, "rank table host length");
       bytes.resize(at + 12 + len);
-      read_exact(fd.get(), bytes.data() + at + 12, len, until, ctx, "the rank table from rank 0");
+      read_exact(fd.get(), bytes.data() + at + 12, len, until, where, "the rank table from rank 0");
     }
-    table_ = decode_rank_table(bytes, size_, limits_, ctx);
+    table_ = decode_rank_table(bytes, size_, limits_, where);
     const auto& mine = table_[static_cast<std::size_t>(rank_)];
-    expects(mine.port == port_ && mine.instance == instance_, errc::mismatch, ctx, "rank 0's table does not list rank ",
-            rank_, " as it registered (another process registered as rank ", rank_, "?)");
+    expects(mine.port == port_ && mine.instance == instance_, errc::mismatch, where,
+            "rank 0's table does not list rank ", rank_, " as it registered (another process registered as rank ",
+            rank_, "?)");
   }
 
   // ---- file store -----------------------------------------------------------------------------
@@ -364,7 +365,7 @@ class tcp_mesh {
 
   void file_rendezvous(deadline until) {
     namespace fs = std::filesystem;
-    constexpr const char* ctx = "weft::comm::tcp_transport (file store)";
+    constexpr const char* where = "weft::comm::tcp_transport (file store)";
     const std::string me = bind_ip_.s_addr == htonl(INADDR_ANY) ? "127.0.0.1" : ipv4_string(bind_ip_);
     std::error_code fec;
     fs::create_directories(directory_, fec);
@@ -373,10 +374,10 @@ class tcp_mesh {
     {
       std::ofstream out(tmp);
       out << "weft-tcp-rank 1 " << me << ' ' << port_ << ' ' << size_ << ' ' << instance_ << '\n';
-      expects(static_cast<bool>(out), errc::io, ctx, "rank ", rank_, " cannot write ", tmp.string());
+      expects(static_cast<bool>(out), errc::io, where, "rank ", rank_, " cannot write ", tmp.string());
     }
     fs::rename(tmp, mine, fec);  // atomic: readers never see half a line
-    expects(!fec, errc::io, ctx, "rank ", rank_, " cannot publish ", mine.string(), ": ", fec.message());
+    expects(!fec, errc::io, where, "rank ", rank_, " cannot publish ", mine.string(), ": ", fec.message());
     table_[static_cast<std::size_t>(rank_)] = {me, port_, instance_};
     for (int q = 0; q < size_; ++q) {
       if (q == rank_) continue;
@@ -386,7 +387,7 @@ class tcp_mesh {
           table_[static_cast<std::size_t>(q)] = *a;
           break;
         }
-        expects(clock_type::now() < until, errc::timeout, ctx, "rank ", rank_, ": rank ", q,
+        expects(clock_type::now() < until, errc::timeout, where, "rank ", rank_, ": rank ", q,
                 " did not publish its address in ", directory_, " before the connect timeout (", why, ")");
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
@@ -418,7 +419,7 @@ class tcp_mesh {
   }
 
   void connect_mesh(int q, int k, const tcp_mesh_request& req, deadline until) {
-    constexpr const char* ctx = "weft::comm::tcp_transport::tcp_transport";
+    constexpr const char* where = "weft::comm::tcp_transport::tcp_transport";
     peer_identity id = me();
     id.index = k;
     std::string last = "not tried";
@@ -442,11 +443,11 @@ class tcp_mesh {
         // With a rank-0 table every address is current: a disagreement is the job's configuration.
         // A file store may hold a stale file that its rank is about to replace: re-read and retry.
         expects(!directory_.empty() || (hs.failure_code() != errc::mismatch && hs.failure_code() != errc::parse),
-                errc::mismatch, ctx, "rank ", rank_, " connecting to rank ", q, ": ", last);
+                errc::mismatch, where, "rank ", rank_, " connecting to rank ", q, ": ", last);
       } else {
         last = addr ? std::string(std::strerror(err)) : "no numeric address";
       }
-      expects(clock_type::now() < until, errc::timeout, ctx, "rank ", rank_, " cannot connect to rank ", q, " at ",
+      expects(clock_type::now() < until, errc::timeout, where, "rank ", rank_, " cannot connect to rank ", q, " at ",
               a.host, ":", a.port, " before the connect timeout: ", last);
       refresh(q);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -454,7 +455,7 @@ class tcp_mesh {
   }
 
   void accept_mesh(const tcp_mesh_request& req, deadline until) {
-    constexpr const char* ctx = "weft::comm::tcp_transport::tcp_transport";
+    constexpr const char* where = "weft::comm::tcp_transport::tcp_transport";
     int missing = (size_ - 1 - rank_) * conns_;
     if (missing == 0) return;
     const peer_identity id = me();
@@ -476,11 +477,11 @@ class tcp_mesh {
               who += " " + std::to_string(q);
               break;
             }
-        weft::detail::raise(errc::timeout, ctx, "rank ", rank_, ": ranks", who,
+        weft::detail::raise(errc::timeout, where, "rank ", rank_, ": ranks", who,
                             " did not connect before the connect timeout", log_.summary());
       }
       if (a->fd < 0)
-        weft::detail::raise(errc::mismatch, ctx, "rank ", rank_,
+        weft::detail::raise(errc::mismatch, where, "rank ", rank_,
                             " refused a rank that holds the job secret: ", a->refused);
       if (!fds_[slot(a->peer.rank, a->peer.index)]) --missing;
       adopt(unique_fd(a->fd), a->peer.rank, a->peer.index, req);
