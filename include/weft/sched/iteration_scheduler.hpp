@@ -14,6 +14,7 @@
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/continuous_batching.hpp>  // named settings, once defined here
 #include <weft/sched/detail/reserve_more.hpp>
+#include <weft/sched/detail/submission.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/scheduler_options.hpp>
@@ -88,25 +89,12 @@ class iteration_scheduler {
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::iteration_scheduler::submit";
     validate(r, where);
-    expects(!ids_.contains(r.id), errc::already_exists, where, "request ", r.id,
-            " is already in this scheduler (waiting, running or swapped out); request ids must be unique");
-    expects(r.prompt.empty() || r.kv_ready_tokens == 0, errc::unsupported, where, "request ", r.id,
-            ": kv_ready_tokens is supported only for requests counted by length (no prompt ids)");
-    // ceil((prompt + 1) / block) = prompt / block + 1, without the overflow of prompt + block: a trace
-    // row may say prompt_tokens = INT64_MAX, which is then refused, not wrapped.
-    const auto block = checked_cast<std::uint64_t>(kv_.block_size(), where);
-    const std::uint64_t blocks = checked_cast<std::uint64_t>(r.prompt_tokens, where) / block + 1;
-    if (blocks > kv_.usable_blocks()) {
+    detail::check_new_request(ids_, r, where, "waiting, running or swapped out");
+    if (detail::blocks_to_first_token(r, kv_.block_size(), where) > kv_.usable_blocks()) {
       ++stats_.rejected;
       return false;
     }
-    ids_.insert(r.id);
-    try {
-      queue_.push(r, now);
-    } catch (...) {
-      ids_.erase(r.id);
-      throw;
-    }
+    detail::enqueue_new(ids_, queue_, r, now);
     return true;
   }
 

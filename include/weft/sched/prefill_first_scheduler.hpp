@@ -13,6 +13,7 @@
 #include <weft/sched/batch.hpp>
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/detail/reserve_more.hpp>
+#include <weft/sched/detail/submission.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/iteration_scheduler.hpp>  // scheduler_stats
 #include <weft/sched/request.hpp>
@@ -94,23 +95,13 @@ class prefill_first_scheduler {
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::prefill_first_scheduler::submit";
     validate(r, where);
-    expects(!ids_.contains(r.id), errc::already_exists, where, "request ", r.id,
-            " is already in this scheduler (waiting or running); request ids must be unique");
-    expects(r.prompt.empty() || r.kv_ready_tokens == 0, errc::unsupported, where, "request ", r.id,
-            ": kv_ready_tokens is supported only for requests counted by length (no prompt ids)");
-    const auto block = checked_cast<std::uint64_t>(kv_.block_size(), where);
-    const std::uint64_t blocks = checked_cast<std::uint64_t>(r.prompt_tokens, where) / block + 1;
+    detail::check_new_request(ids_, r, where, "waiting or running");
+    const std::uint64_t blocks = detail::blocks_to_first_token(r, kv_.block_size(), where);
     if (r.prompt_tokens - r.kv_ready_tokens > opt_.max_batched_tokens || blocks > kv_.usable_blocks()) {
       ++stats_.rejected;
       return false;
     }
-    ids_.insert(r.id);
-    try {
-      queue_.push(r, now);
-    } catch (...) {
-      ids_.erase(r.id);
-      throw;
-    }
+    detail::enqueue_new(ids_, queue_, r, now);
     return true;
   }
 
