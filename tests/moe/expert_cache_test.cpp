@@ -244,7 +244,8 @@ TEST_CASE("cache invariants under random operations, against a reference model",
         bytes
             ? cache_config::in_bytes(s, 100, {10, 20, 30}, global ? capacity_scope::global : capacity_scope::per_layer)
             : cache_config::in_slots(s, 3, global ? capacity_scope::global : capacity_scope::per_layer);
-    any_expert_eviction_policy policy = seed % 4 == 0 ? any_expert_eviction_policy(lfu_policy{}) : any_expert_eviction_policy(lru_policy{});
+    any_expert_eviction_policy policy =
+        seed % 4 == 0 ? any_expert_eviction_policy(lfu_policy{}) : any_expert_eviction_policy(lru_policy{});
     expert_cache<any_expert_eviction_policy> c(cfg, policy);
     std::map<expert_key, entry_state> state;  // reference: absent keys are missing
     std::map<expert_key, std::uint32_t> pins;
@@ -355,7 +356,7 @@ TEST_CASE("any_expert_eviction_policy behaves exactly like the policy it holds",
   std::mt19937 rng(7);
   expert_cache<lru_policy> direct(cache_config::in_slots(shape, 3, capacity_scope::global));
   expert_cache<any_expert_eviction_policy> erased(cache_config::in_slots(shape, 3, capacity_scope::global),
-                                           any_expert_eviction_policy(lru_policy{}));
+                                                  any_expert_eviction_policy(lru_policy{}));
   for (int i = 0; i < 300; ++i) {
     const expert_key k{static_cast<std::uint32_t>(rng() % 3), static_cast<std::uint32_t>(rng() % 6)};
     const auto a = direct.lookup(k);
