@@ -80,6 +80,9 @@ TEST_CASE("the CSV reader takes CRLF files and bounds hostile headers and rows",
                     Catch::Contains("top_k 100000 exceeds the limit 1024"));
   CHECK_THROWS_WITH(parse("# weft-moe-trace v1 layers=99999999999999999999 experts=4 top_k=2\n"),
                     Catch::Contains("is not a non-negative integer"));
+  // 19 digits above INT64_MAX (found by moe.fuzz_trace: it overflowed while parsing).
+  CHECK_THROWS_WITH(parse("# weft-moe-trace v1 layers=1 experts=9555555555555555555 top_k=2\n"),
+                    Catch::Contains("is not a non-negative integer"));
   // A row of 10 MB is refused by length, with a short message.
   const std::string head = "# weft-moe-trace v1 layers=1 experts=8 top_k=2\ntoken,request,layer,experts\n";
   try {

@@ -123,9 +123,10 @@ struct trace_limits {
 };
 
 namespace detail {
-// A whole non-negative decimal number of at most 19 digits (so it fits in 64 bits), or -1.
+// A whole non-negative decimal number of at most 18 digits (so it fits in int64_t: 19 nines do not),
+// or -1. Every count the header carries is far smaller; trace_limits bounds it next.
 inline std::int64_t parse_count(std::string_view text) noexcept {
-  if (text.empty() || text.size() > 19) return -1;
+  if (text.empty() || text.size() > 18) return -1;
   std::int64_t v = 0;
   for (const char c : text) {
     if (c < '0' || c > '9') return -1;
