@@ -213,6 +213,9 @@ endfunction()
 #   (ctest "<module>.fuzz_<name>", labels <module> and fuzz); new inputs go to the build tree only.
 option(WEFT_FUZZ "Build libFuzzer harnesses (clang only) and run each for WEFT_FUZZ_SECONDS in ctest" OFF)
 set(WEFT_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer harness runs in ctest")
+# A fixed seed keeps `make test` reproducible (a fresh build explores the same inputs each run); set 0
+# for a new seed each run when hunting (longer runs: WEFT_FUZZ_SECONDS=600 WEFT_FUZZ_SEED=0).
+set(WEFT_FUZZ_SEED 1 CACHE STRING "libFuzzer -seed of the ctest fuzz runs (0: a new seed each run)")
 
 if(NOT TARGET weft_fuzz_replay_main)
   add_library(weft_fuzz_replay_main OBJECT "${PROJECT_SOURCE_DIR}/tests/fuzz_replay_main.cpp")
@@ -241,7 +244,7 @@ function(weft_add_fuzzer module name)
     set(work "${CMAKE_CURRENT_BINARY_DIR}/fuzz-corpus/${name}")
     file(MAKE_DIRECTORY "${work}")
     add_test(NAME ${module}.fuzz_${name}
-             COMMAND ${fuzzer} -max_total_time=${WEFT_FUZZ_SECONDS} -timeout=10 -rss_limit_mb=2048
+             COMMAND ${fuzzer} -max_total_time=${WEFT_FUZZ_SECONDS} -seed=${WEFT_FUZZ_SEED} -timeout=10 -rss_limit_mb=2048
                      -max_len=65536 -print_final_stats=1 "${work}" "${corpus}")
     math(EXPR fuzz_timeout "${WEFT_FUZZ_SECONDS} + 120")
     # COST: ctest -j starts the longest tests first, so the fuzzers overlap the short tests.
