@@ -32,3 +32,4 @@
 #include <weft/sched/sim/capacity.hpp>
 #include <weft/sched/sim/forward_size.hpp>
 #include <weft/sched/sim/plan_search.hpp>
+#include <weft/sched/sim/semi_pd.hpp>

@@ -60,6 +60,17 @@ std::int64_t free_kv_blocks(const S& s) {
 
 enum class instance_role { both, prefill, decode };
 
+/// What a deployment built on the loop changes (semi_pd.hpp); a loop without hooks is the one above.
+struct loop_hooks {
+  /// Seconds of batch b on node j starting at `now` (empty: cost_model::iteration_s(b)).
+  std::function<double(std::size_t j, const batch& b, double now)> iteration_s;
+  /// Every token emitted, by node and workload index, after it is booked.
+  std::function<void(std::size_t j, std::size_t request, double now)> on_token;
+  /// Non-empty: prefill node j hands its requests to node decoder_of[j], which shares its KV pool: no
+  /// transfer is charged or counted, the request joins that node at once.
+  std::vector<std::size_t> decoder_of;
+};
+
 struct kv_arrival {
   double time;
   std::uint64_t seq;
@@ -75,8 +86,16 @@ template <batch_scheduler S>
 class event_loop {
  public:
   event_loop(std::vector<S*> nodes, std::vector<instance_role> roles, const workload& w, const cost_model& m,
-             const sim_options& o, const cluster_options& c, const char* where)
-      : w_(w), m_(m), o_(o), c_(c), where_(where), acc_(w, o, where), noise_(o.seed), roles_(std::move(roles)) {
+             const sim_options& o, const cluster_options& c, const char* where, const loop_hooks* hooks = nullptr)
+      : w_(w),
+        m_(m),
+        o_(o),
+        c_(c),
+        where_(where),
+        hooks_(hooks),
+        acc_(w, o, where),
+        noise_(o.seed),
+        roles_(std::move(roles)) {
     expects(c.migration_interval_s >= 0.0 && std::isfinite(c.migration_interval_s) && c.imbalance_blocks >= 0,
             errc::invalid_argument, where, "migration_interval_s must be finite and >= 0, imbalance_blocks >= 0");
     for (S* s : nodes) {
@@ -159,13 +178,14 @@ class event_loop {
         decoded_.push_back(r.emitted && !tokens_[r.index].empty() ? token_at(w_[r.index], e.context_tokens, o_.seed)
                                                                   : token_id{0});
         if (!r.emitted) continue;
+        if (hooks_ && hooks_->on_token) hooks_->on_token(j, r.index, now_);
         if (r.last) {
           finished_.push_back(e.id);
           leaving_.push_back(r.index);
         } else if (roles_[j] == instance_role::prefill) {
           finished_.push_back(e.id);  // this instance is done with it: its KV moves to a decode instance
           leaving_.push_back(r.index);
-          hand_over(r.index);
+          hand_over(r.index, j);
         }
       }
       n.s->complete(finished_, decoded_);
@@ -174,7 +194,11 @@ class event_loop {
     }
   }
 
-  void hand_over(std::size_t i) {
+  void hand_over(std::size_t i, std::size_t from) {
+    if (hooks_ && !hooks_->decoder_of.empty()) {  // the same KV pool: nothing moves
+      kv_.push({now_, seq_++, i, hooks_->decoder_of[from]});
+      return;
+    }
     const double dt = m_.kv_network_s(w_[i].req.prompt_tokens);
     out_.kv_transfer_s += dt;
     ++out_.kv_transfers;
@@ -264,7 +288,8 @@ class event_loop {
 
   // Idle instances with work start their next batch: cost model time (plus swaps, times noise).
   void start_batches() {
-    for (auto& n : nodes_) {
+    for (std::size_t j = 0; j < nodes_.size(); ++j) {
+      node& n = nodes_[j];
       if (n.busy || n.stalled || n.s->idle()) continue;
       const batch& b = n.s->schedule(now_);
       if (b.empty() && b.aborted.empty()) {  // waits for KV, a hand-over or an arrival
@@ -272,7 +297,7 @@ class event_loop {
         acc_.idle_with_work();
         continue;
       }
-      double dt = m_.iteration_s(b);
+      double dt = hooks_ && hooks_->iteration_s ? hooks_->iteration_s(j, b, now_) : m_.iteration_s(b);
       for (const auto& t : b.swapped_out) dt += m_.transfer_s(t);
       for (const auto& t : b.swapped_in) dt += m_.transfer_s(t);
       if (o_.time_noise_cv > 0.0) dt *= noise_.lognormal(1.0, o_.time_noise_cv);
@@ -292,6 +317,7 @@ class event_loop {
   const sim_options& o_;
   const cluster_options& c_;
   const char* where_;
+  const loop_hooks* hooks_;
   accounting acc_;
   weft::rng noise_;
   std::vector<node> nodes_;
