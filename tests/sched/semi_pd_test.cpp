@@ -111,7 +111,9 @@ TEST_CASE("partitioned cost: the whole GPU is iteration_s; compute scales by 1/s
 TEST_CASE("semi-PD: one pool per instance, no KV transfer, every block back at the end", "[sched][sim][semi_pd]") {
   const cost_model m(llama2_7b_a100());
   const workload w = load(21, 300, 4.0, {1200.0, 0.8, 16, 6000}, {120.0, 1.0, 1, 800});
-  for (const std::int64_t blocks : {std::int64_t{0}, std::int64_t{960}}) {  // the model's pool, then a tight one (longest request + a prefill batch fit)
+  for (const std::int64_t blocks :
+       {std::int64_t{0},
+        std::int64_t{960}}) {  // the model's pool, then a tight one (longest request + a prefill batch fit)
     CAPTURE(blocks);
     const factories f = make(m, nullptr, blocks);
     semi_pd_options o;

@@ -45,14 +45,14 @@ struct semi_pd_options {
 /// Throws weft::error(invalid_argument) naming the field and the rule. O(1). Thread-safe.
 inline void validate(const semi_pd_options& o, const char* where) {
   const auto open_unit = [](double v) { return v > 0.0 && v < 1.0; };
-  expects(o.instances >= 1 && o.instances <= 2048, errc::invalid_argument, where, "instances must be in [1, 2048], got ",
-          o.instances);
-  expects(open_unit(o.prefill_share) && open_unit(o.min_share) && open_unit(o.max_share), errc::invalid_argument,
-          where, "prefill_share, min_share and max_share must be in (0, 1), got ", o.prefill_share, ", ", o.min_share,
-          " and ", o.max_share);
-  expects(o.min_share <= o.prefill_share && o.prefill_share <= o.max_share, errc::invalid_argument, where,
-          "need min_share <= prefill_share <= max_share, got ", o.min_share, " <= ", o.prefill_share, " <= ",
+  expects(o.instances >= 1 && o.instances <= 2048, errc::invalid_argument, where,
+          "instances must be in [1, 2048], got ", o.instances);
+  expects(open_unit(o.prefill_share) && open_unit(o.min_share) && open_unit(o.max_share), errc::invalid_argument, where,
+          "prefill_share, min_share and max_share must be in (0, 1), got ", o.prefill_share, ", ", o.min_share, " and ",
           o.max_share);
+  expects(o.min_share <= o.prefill_share && o.prefill_share <= o.max_share, errc::invalid_argument, where,
+          "need min_share <= prefill_share <= max_share, got ", o.min_share, " <= ", o.prefill_share,
+          " <= ", o.max_share);
   expects(open_unit(o.share_step), errc::invalid_argument, where, "share_step must be in (0, 1), got ", o.share_step);
   const auto positive = [](double v) { return v > 0.0 && std::isfinite(v); };
   expects(positive(o.control_interval_s) && positive(o.ttft_slo_s) && positive(o.tpot_slo_s), errc::invalid_argument,
@@ -165,12 +165,12 @@ struct share_sample {
 
 /// A semi-PD run: the requests' results, the share over time and what stayed in the pools.
 struct semi_pd_result {
-  cluster_result cluster;                 ///< kv_transfers and kv_transfer_s stay 0: one pool per instance
-  std::uint64_t handovers = 0;            ///< prefill -> decode worker hand-overs (no copy, no time)
-  std::vector<share_sample> shares;       ///< the start of each instance, then every move
-  double mean_prefill_share = 0.0;        ///< time-weighted over the run and the instances
-  std::vector<std::size_t> free_blocks;   ///< per instance, at the end
-  std::vector<std::size_t> usable_blocks; ///< per instance
+  cluster_result cluster;                  ///< kv_transfers and kv_transfer_s stay 0: one pool per instance
+  std::uint64_t handovers = 0;             ///< prefill -> decode worker hand-overs (no copy, no time)
+  std::vector<share_sample> shares;        ///< the start of each instance, then every move
+  double mean_prefill_share = 0.0;         ///< time-weighted over the run and the instances
+  std::vector<std::size_t> free_blocks;    ///< per instance, at the end
+  std::vector<std::size_t> usable_blocks;  ///< per instance
 };
 
 namespace detail {
@@ -209,8 +209,8 @@ class share_controller {
       const double tpot = w.gap_n ? w.gap_sum / static_cast<double>(w.gap_n) / o_.tpot_slo_s : 0.0;
       w = {};
       if (std::max(ttft, tpot) <= 1.0) continue;
-      const double moved = std::clamp(share_[k] + (ttft > tpot ? o_.share_step : -o_.share_step), o_.min_share,
-                                      o_.max_share);
+      const double moved =
+          std::clamp(share_[k] + (ttft > tpot ? o_.share_step : -o_.share_step), o_.min_share, o_.max_share);
       if (moved == share_[k]) continue;
       share_[k] = moved;
       shares_.push_back({now, k, moved});
@@ -265,10 +265,10 @@ inline double mean_share(const std::vector<share_sample>& s, std::size_t instanc
 /// Throws weft::error(invalid_argument) for bad options before making anything. Thread-safe if the
 /// factories are.
 template <class S, class KV = weft::kv::kv_manager<>>
-semi_pd_result simulate_semi_pd(const std::function<std::unique_ptr<KV>()>& make_pool,
-                                const std::function<std::unique_ptr<S>(shared_kv_pool<KV>, semi_pd_worker)>& make_worker,
-                                const workload& w, const cost_model& m, const semi_pd_options& o = {},
-                                const sim_options& so = {}) {
+semi_pd_result simulate_semi_pd(
+    const std::function<std::unique_ptr<KV>()>& make_pool,
+    const std::function<std::unique_ptr<S>(shared_kv_pool<KV>, semi_pd_worker)>& make_worker, const workload& w,
+    const cost_model& m, const semi_pd_options& o = {}, const sim_options& so = {}) {
   static_assert(detail::reports_free_kv<S>,
                 "the simulator reads the pool through the workers: S needs kv().free_blocks() (iteration_scheduler "
                 "has it)");
