@@ -26,11 +26,13 @@ struct semi_pd_options {
   double prefill_share = 0.5;
   bool adaptive = true;  ///< false: the share stays at prefill_share
   // The controller (adaptive): every control_interval_s it compares the window's mean TTFT and mean
-  // TPOT (inter-token gap) to their SLOs and moves the share one step toward the worse phase.
+  // TPOT (inter-token gap) to their SLOs and moves one step of share to the phase above its SLO when
+  // the other is predicted to stay within its own (detail::share_controller::maybe_step).
   double min_share = 0.1;  ///< bounds of the prefill share, 0 < min_share <= prefill_share <= max_share < 1
   double max_share = 0.9;
-  double share_step = 0.1;  ///< one move, in (0, 1)
-  double control_interval_s = 2.0;
+  double share_step = 0.05;  ///< one move, in (0, 1)
+  /// Long enough for a move to show in the latencies (shorter intervals oscillate on bursty traces).
+  double control_interval_s = 5.0;
   double ttft_slo_s = 1.0;   ///< the controller's targets (> 0); goodput uses sim_options' SLOs
   double tpot_slo_s = 0.05;  ///< mean inter-token gap
   // The partition's cost (docs/sched.md, "semi-PD"): compute-bound terms scale by 1 / share.
@@ -198,8 +200,10 @@ class share_controller {
     last_token_[request] = now;
   }
 
-  // At the first batch start at or after each interval's end: one step toward the phase whose mean
-  // latency is further above its SLO (relative), if either is above; none when both are within.
+  // At the first batch start at or after each interval's end, per instance: when one phase's mean
+  // latency is above its SLO, one step of share goes to it, but only if the other phase, its latency
+  // scaled by the share it keeps (old / new share: the compute-bound estimate), is predicted to stay
+  // within its own SLO. Both above (overload: no split meets both) or both within: hold.
   void maybe_step(double now) {
     if (!o_.adaptive || now < next_) return;
     next_ = now + o_.control_interval_s;
@@ -208,10 +212,16 @@ class share_controller {
       const double ttft = w.ttft_n ? w.ttft_sum / static_cast<double>(w.ttft_n) / o_.ttft_slo_s : 0.0;
       const double tpot = w.gap_n ? w.gap_sum / static_cast<double>(w.gap_n) / o_.tpot_slo_s : 0.0;
       w = {};
-      if (std::max(ttft, tpot) <= 1.0) continue;
-      const double moved =
-          std::clamp(share_[k] + (ttft > tpot ? o_.share_step : -o_.share_step), o_.min_share, o_.max_share);
-      if (moved == share_[k]) continue;
+      const double s = share_[k];
+      double moved = s;
+      if (ttft > 1.0 && tpot <= 1.0) {
+        const double up = std::min(o_.max_share, s + o_.share_step);
+        if (tpot * (1.0 - s) / (1.0 - up) <= 1.0) moved = up;
+      } else if (tpot > 1.0 && ttft <= 1.0) {
+        const double down = std::max(o_.min_share, s - o_.share_step);
+        if (ttft * s / down <= 1.0) moved = down;
+      }
+      if (moved == s) continue;
       share_[k] = moved;
       shares_.push_back({now, k, moved});
     }
