@@ -199,3 +199,19 @@ if apex:
     fig.tight_layout()
     fig.savefig(os.path.join(out, "apex.png"), dpi=100)
     print("wrote", os.path.join(out, "apex.png"))
+
+semi = [r for r in rows("semi_pd.csv") if not r["system"].startswith("tilted")]
+if semi:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for ax, (key, label) in zip(axes, [("mean_e2e_s", "mean end-to-end latency (s)"),
+                                       ("slo_attainment", "share within TTFT 1 s and TPOT 0.1 s")]):
+        for name in dict.fromkeys(r["system"] for r in semi):
+            pts = [r for r in semi if r["system"] == name]
+            ax.plot([float(r["rate_req_s"]) for r in pts], [float(r[key]) for r in pts], label=name)
+        ax.set_xlabel("rate (req/s)")
+        ax.set_ylabel(label)
+        ax.set_title("semi-PD vs colocated vs DistServe, Llama-2-7B on 2 x A100 (simulated)", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "semi_pd.png"), dpi=100)
+    print("wrote", os.path.join(out, "semi_pd.png"))
