@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 using namespace weft::sched;
 using namespace weft::sched::sim;
@@ -231,6 +232,13 @@ TEST_CASE("semi-PD: bad options are rejected before anything is made", "[sched][
   cost_params nano = llama2_7b_a100();
   nano.nano.nano_batches = 2;
   CHECK_THROWS_AS(simulate_semi_pd<worker_t>(f.pool, f.worker, w, cost_model(nano)), weft::error);
+  CHECK(made == 0);
+  sim_options bad_sim;
+  bad_sim.window_s = 0.0;
+  CHECK_THROWS_AS(simulate_semi_pd<worker_t>(f.pool, f.worker, w, m, {}, bad_sim), weft::error);
+  workload unsorted = w;
+  std::swap(unsorted.front().req.arrival_s, unsorted.back().req.arrival_s);
+  CHECK_THROWS_AS(simulate_semi_pd<worker_t>(f.pool, f.worker, unsorted, m), weft::error);
   CHECK(made == 0);
   const std::function<std::unique_ptr<weft::kv::kv_manager<>>()> none;
   CHECK_THROWS_AS(simulate_semi_pd<worker_t>(none, f.worker, w, m), weft::error);

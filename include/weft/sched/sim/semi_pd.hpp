@@ -272,8 +272,8 @@ inline double mean_share(const std::vector<share_sample>& s, std::size_t instanc
 /// queued prompt tokens; after its first token a request moves to its instance's decode worker at once
 /// (its KV stays in the pool: released and re-reserved there, nothing copied). With o.adaptive, the
 /// controller moves each instance's share (share_controller above). Deterministic (sim_options::seed).
-/// Throws weft::error(invalid_argument) for bad options before making anything. Thread-safe if the
-/// factories are.
+/// Throws weft::error(invalid_argument) for bad options, workload or sim_options before making
+/// anything. Thread-safe if the factories are.
 template <class S, class KV = weft::kv::kv_manager<>>
 semi_pd_result simulate_semi_pd(
     const std::function<std::unique_ptr<KV>()>& make_pool,
@@ -284,6 +284,7 @@ semi_pd_result simulate_semi_pd(
                 "has it)");
   const char* where = "weft::sched::sim::simulate_semi_pd";
   validate(o, where);
+  detail::validate_run(w, so, where);            // the workload and sim_options, before anything is made
   (void)partitioned_iteration_s(m, {}, 1.0, o);  // rejects a nano-batched cost model up front
   expects(static_cast<bool>(make_pool) && static_cast<bool>(make_worker), errc::invalid_argument, where,
           "make_pool and make_worker must be callable");

@@ -1,9 +1,10 @@
 // The one simulation driver: a discrete-event loop over one or more instances (each a batch
 // scheduler), shared by sim::simulate (one instance), sim::simulate_colocated (with Llumnix-style
-// migration) and sim::simulate_disaggregated (DistServe's prefill and decode pools). Events, in this
-// order at equal times: batches ending (instance order), KV arriving, requests arriving, migration,
-// idle instances starting batches. Deterministic. Requests that share a prefix carry synthetic token
-// ids while they are in a scheduler (synthetic_tokens.hpp), so prefix caching works from content.
+// migration), sim::simulate_disaggregated (DistServe's prefill and decode pools) and, through
+// loop_hooks, sim::simulate_semi_pd (semi_pd.hpp). Events, in this order at equal times: batches
+// ending (instance order), KV arriving, requests arriving, migration, idle instances starting batches.
+// Deterministic. Requests that share a prefix carry synthetic token ids while they are in a scheduler
+// (synthetic_tokens.hpp), so prefix caching works from content.
 #pragma once
 
 #include <weft/core/random.hpp>
