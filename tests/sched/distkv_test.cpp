@@ -115,3 +115,23 @@ TEST_CASE("distkv: bad options are rejected", "[sched][sim][distkv]") {
   c = borrowing(400);
   CHECK_THROWS_AS(simulate_disaggregated<sched_t>(factory(m, 1200), w, m, c), weft::error);
 }
+
+TEST_CASE("distkv: attention over borrowed blocks runs on the creditors, in parallel", "[sched][sim][distkv]") {
+  cost_params p = llama2_7b_a100();
+  p.interconnect_bytes_per_s = 1e15;  // network nearly free: only the split of the attention shows
+  const cost_model m(p);
+  workload w(1);
+  w[0].req.id = request_id(1);
+  w[0].req.prompt_tokens = 18000;
+  w[0].output_tokens = 50;
+  cluster_options one;  // one instance holding the whole KV: all attention local
+  one.instances = 3;
+  const auto local = simulate_colocated<sched_t>(factory(m, 1200), w, m, one);
+  cluster_options c = borrowing(400);  // a third local, two thirds on two creditors
+  c.borrowing.remote_round_trip_s = 0.0;
+  const auto split = simulate_colocated<sched_t>(factory(m, 1200), w, m, c);
+  REQUIRE(local.result.stats.finished == 1);
+  REQUIRE(split.result.stats.finished == 1);
+  CHECK(split.borrowing_requests == 1);
+  CHECK(split.result.stats.e2e_p50 < local.result.stats.e2e_p50);
+}

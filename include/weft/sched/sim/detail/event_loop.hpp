@@ -345,10 +345,12 @@ class event_loop {
         acc_.idle_with_work();
         continue;
       }
-      double dt = m_.iteration_s(b);
+      // With KV borrowing: DistAttention's split of the attention, plus creditor work owed by this instance.
+      double dt = !lend_.enabled() ? m_.iteration_s(b) : lend_.iteration_s(b, m_, [&](request_id id) {
+        return acc_.index_of(id);
+      }) + lend_.take_debt(static_cast<std::size_t>(&n - nodes_.data()));
       for (const auto& t : b.swapped_out) dt += m_.transfer_s(t);
       for (const auto& t : b.swapped_in) dt += m_.transfer_s(t);
-      if (lend_.enabled()) dt += lend_.remote_attention_s(b, m_, [&](request_id id) { return acc_.index_of(id); });
       if (o_.time_noise_cv > 0.0) dt *= noise_.lognormal(1.0, o_.time_noise_cv);
       n.busy = true;
       n.running = &b;

@@ -50,6 +50,7 @@ class kv_borrowing {
     const std::vector<std::size_t> caps(instances, checked_cast<std::size_t>(o.local_blocks, where));
     pool_.emplace_back(caps, checked_cast<std::size_t>(o.borrow_unit_blocks, where));
     held_.resize(w.size());
+    debt_.assign(instances, 0.0);
   }
 
   bool enabled() const noexcept { return o_.enabled; }
@@ -101,26 +102,58 @@ class kv_borrowing {
     h = held{};
   }
 
-  // DistAttention's network time for a batch: for every entry whose context reaches borrowed blocks,
-  // each of its step's tokens sends its query to the creditors and gets back a partial output plus
-  // the softmax max and sum (per head), at every layer; one round trip per layer covers all of them.
+  // One iteration of a batch on `instance` with DistAttention (Infinite-LLM §4): each entry's attention
+  // over its borrowed blocks runs on their creditors, split by the blocks each lent, in parallel with
+  // the local attention; the iteration waits for the slowest part. Every token whose context reaches
+  // borrowed blocks sends its query out and gets back a partial output plus the softmax max and sum
+  // per head, at every layer: one round trip per layer plus those bytes on the interconnect. Each
+  // creditor's part is owed as busy time on its own next iteration (take_debt). Without borrowed
+  // blocks in the batch this is exactly cost_model::iteration_s(b).
   template <class IndexOf>
-  double remote_attention_s(const batch& b, const cost_model& m, IndexOf&& index_of) {
+  double iteration_s(const batch& b, const cost_model& m, IndexOf&& index_of) {
     const model_spec& spec = m.params().model;
-    const double per_token_layer = 2.0 * spec.hidden * 2.0 + 2.0 * spec.heads() * 4.0;  // fp16 q, o; fp32 stats
-    double tokens = 0.0;
+    iteration_shape local = cost_model::shape_of(b);
+    double remote_tokens = 0.0;
+    share_.assign(pool().instances(), {0.0, 0.0});
     for (const auto& e : b.entries) {
       const held& h = held_[index_of(e.id)];
-      const auto reach = static_cast<std::size_t>((e.context_tokens + o_.block_tokens - 1) / o_.block_tokens);
-      if (reach > h.local) tokens += static_cast<double>(e.prefill_tokens + e.decode_tokens);
+      const auto local_tokens = static_cast<double>(h.local) * static_cast<double>(o_.block_tokens);
+      const auto ctx = static_cast<double>(e.context_tokens);
+      if (ctx <= local_tokens || h.blocks.size() == h.local) continue;
+      const double n = static_cast<double>(e.prefill_tokens + e.decode_tokens);
+      const double f = (ctx - local_tokens) / ctx;  // share of this entry's context in borrowed blocks
+      const double pairs = n * (ctx - (n - 1.0) / 2.0) * f, kv = ctx * f;
+      local.attention_pairs -= pairs;
+      local.kv_read_tokens -= kv;
+      remote_tokens += n;
+      const double borrowed = static_cast<double>(h.blocks.size() - h.local);
+      for (std::size_t k = h.local; k < h.blocks.size(); ++k) {
+        auto& c = share_[h.blocks[k].owner];
+        c.first += pairs / borrowed;
+        c.second += kv / borrowed;
+      }
     }
-    if (tokens == 0.0) return 0.0;
-    const double bytes = tokens * per_token_layer * spec.layers;
-    const double dt = spec.layers * o_.remote_round_trip_s + bytes / m.params().interconnect_bytes_per_s;
+    if (remote_tokens == 0.0) return m.iteration_s(b);
+    const double layers = spec.layers;
+    const double local_attention = layers * m.attention_layer_s(local.attention_pairs, local.kv_read_tokens);
+    double slowest = 0.0;
+    for (std::size_t c = 0; c < share_.size(); ++c) {
+      if (share_[c].second == 0.0) continue;
+      const double t = layers * m.attention_layer_s(share_[c].first, share_[c].second);
+      debt_[c] += t;
+      slowest = std::max(slowest, t);
+    }
+    const double per_token_layer = 2.0 * spec.hidden * 2.0 + 2.0 * spec.heads() * 4.0;  // fp16 q, o; fp32 stats
+    const double bytes = remote_tokens * per_token_layer * layers;
+    const double network = layers * o_.remote_round_trip_s + bytes / m.params().interconnect_bytes_per_s;
     remote_bytes_ += bytes;
-    remote_s_ += dt;
-    return dt;
+    remote_s_ += network;
+    return m.iteration_s(local) + std::max(0.0, slowest - local_attention) + network;
   }
+
+  // Creditor time owed by `instance` for other instances' attention since its last iteration (added
+  // to its next one: an upper bound when it was idle meanwhile).
+  double take_debt(std::size_t instance) noexcept { return std::exchange(debt_[instance], 0.0); }
 
   std::uint64_t borrowing_requests() const noexcept { return borrowing_requests_; }
   std::size_t peak_borrowed_blocks() const noexcept { return peak_borrowed_; }
@@ -137,8 +170,10 @@ class kv_borrowing {
 
   kv_borrowing_options o_;
   const workload& w_;
-  std::vector<kv::cluster_pool> pool_;  // empty when disabled (cluster_pool has no empty state)
-  std::vector<held> held_;              // by workload index
+  std::vector<kv::cluster_pool> pool_;            // empty when disabled (cluster_pool has no empty state)
+  std::vector<held> held_;                        // by workload index
+  std::vector<double> debt_;                      // creditor seconds owed, by instance
+  std::vector<std::pair<double, double>> share_;  // scratch: remote (pairs, kv tokens) by creditor
   std::size_t borrowed_blocks_ = 0, peak_borrowed_ = 0;
   std::uint64_t borrowing_requests_ = 0;
   double remote_bytes_ = 0.0, remote_s_ = 0.0;
