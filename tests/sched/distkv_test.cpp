@@ -107,6 +107,11 @@ TEST_CASE("distkv: bad options are rejected", "[sched][sim][distkv]") {
   c.borrowing.borrow_unit_blocks = 0;
   CHECK_THROWS_AS(simulate_colocated<sched_t>(factory(m, 1200), w, m, c), weft::error);
   c = borrowing(400);
+  c.borrowing.block_tokens = 0;
+  CHECK_THROWS_AS(simulate_colocated<sched_t>(factory(m, 1200), w, m, c), weft::error);
+  c.borrowing.block_tokens = std::int64_t{1} << 40;
+  CHECK_THROWS_AS(simulate_colocated<sched_t>(factory(m, 1200), w, m, c), weft::error);
+  c = borrowing(400);
   c.borrowing.remote_round_trip_s = -1.0;
   CHECK_THROWS_AS(simulate_colocated<sched_t>(factory(m, 1200), w, m, c), weft::error);
   c = borrowing(400);

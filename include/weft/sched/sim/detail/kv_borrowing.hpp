@@ -45,6 +45,8 @@ class kv_borrowing {
     expects(o.local_blocks >= 1 && o.block_tokens >= 1 && o.borrow_unit_blocks >= 1, errc::invalid_argument, where,
             "KV borrowing needs local_blocks, block_tokens and borrow_unit_blocks >= 1, got ", o.local_blocks, ", ",
             o.block_tokens, " and ", o.borrow_unit_blocks);
+    expects(o.block_tokens <= max_request_tokens, errc::invalid_argument, where,
+            "block_tokens must be <= ", max_request_tokens, ", got ", o.block_tokens);
     expects(std::isfinite(o.remote_round_trip_s) && o.remote_round_trip_s >= 0.0, errc::invalid_argument, where,
             "remote_round_trip_s must be finite and >= 0, got ", o.remote_round_trip_s);
     const std::vector<std::size_t> caps(instances, checked_cast<std::size_t>(o.local_blocks, where));
