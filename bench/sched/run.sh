@@ -13,6 +13,7 @@ mkdir -p "$out"
 "$build/bench/bench_sched_splitfuse"
 "$build/bench/bench_sched_apex"
 "$build/bench/bench_sched_semi_pd"
+"$build/bench/bench_sched_distkv"
 # The system python has python3-matplotlib; a pyenv or venv python3 first on PATH may not.
 py=python3
 python3 -c 'import matplotlib' 2>/dev/null || py=/usr/bin/python3

@@ -9,6 +9,7 @@
 #include <weft/kv/block_hasher.hpp>
 #include <weft/kv/block_pool.hpp>
 #include <weft/kv/block_table.hpp>
+#include <weft/kv/cluster_pool.hpp>
 #include <weft/kv/concepts.hpp>
 #include <weft/kv/hashed_prefix_cache.hpp>
 #include <weft/kv/host_tier.hpp>

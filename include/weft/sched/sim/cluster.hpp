@@ -59,6 +59,8 @@ cluster_result simulate_disaggregated(const std::function<std::unique_ptr<S>()>&
 
 /// Colocated instances (each prefills and decodes), arrivals routed to the least queued prompt
 /// tokens, with Llumnix-style migration when c.migration_interval_s > 0 (needs S::migrate_out()).
+/// With c.borrowing.enabled, instances lend each other KV blocks through a kv::cluster_pool
+/// (Infinite-LLM; sim/detail/kv_borrowing.hpp): make() must then size each scheduler's KV to the cluster.
 template <class S>
 cluster_result simulate_colocated(const std::function<std::unique_ptr<S>()>& make, const workload& w,
                                   const cost_model& m, const cluster_options& c = {}, const sim_options& o = {}) {

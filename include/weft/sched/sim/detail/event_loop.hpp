@@ -11,10 +11,13 @@
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/sim/cost_model.hpp>
 #include <weft/sched/sim/detail/accounting.hpp>
+#include <weft/sched/sim/detail/kv_borrowing.hpp>
 #include <weft/sched/sim/detail/synthetic_tokens.hpp>
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <queue>
@@ -32,6 +35,8 @@ struct cluster_options {
   /// than imbalance_blocks, one decoding request migrates from the former to the latter (0: never).
   double migration_interval_s = 0.0;
   std::int64_t imbalance_blocks = 512;
+  /// Colocated: instances borrow KV blocks from each other (Infinite-LLM; kv_borrowing.hpp). Off by default.
+  kv_borrowing_options borrowing{};
 };
 
 /// A cluster run: the requests' results plus the traffic between instances.
@@ -41,6 +46,11 @@ struct cluster_result {
   double kv_transfer_s = 0.0;      ///< their total time on the interconnect
   std::uint64_t migrations = 0;
   double migration_s = 0.0;  ///< total migration downtime charged
+  // With cluster_options::borrowing:
+  std::uint64_t borrowing_requests = 0;  ///< requests that held blocks of another instance
+  std::size_t peak_borrowed_blocks = 0;  ///< most blocks lent at once, cluster-wide
+  double remote_attention_bytes = 0.0;   ///< DistAttention queries and partial results sent
+  double remote_attention_s = 0.0;       ///< their time, added to the borrowers' iterations
 };
 
 namespace detail {
@@ -96,7 +106,12 @@ class event_loop {
         hooks_(hooks),
         acc_(w, o, where),
         noise_(o.seed),
-        roles_(std::move(roles)) {
+        roles_(std::move(roles)),
+        lend_(c.borrowing, nodes.size(), w, where) {
+    expects(!c.borrowing.enabled ||
+                (c.migration_interval_s == 0.0 &&
+                 std::all_of(roles_.begin(), roles_.end(), [](instance_role r) { return r == instance_role::both; })),
+            errc::invalid_argument, where, "KV borrowing is for colocated instances without migration");
     expects(c.migration_interval_s >= 0.0 && std::isfinite(c.migration_interval_s) && c.imbalance_blocks >= 0,
             errc::invalid_argument, where, "migration_interval_s must be finite and >= 0, imbalance_blocks >= 0");
     for (S* s : nodes) {
@@ -119,6 +134,8 @@ class event_loop {
         for (const auto& n : nodes_)
           expects(n.s->idle(), errc::precondition, where_, "scheduler holds ", n.s->waiting(), " waiting and ",
                   n.s->running(), " running requests but scheduled nothing, and no event is left");
+        expects(deferred_.empty(), errc::precondition, where_, deferred_.size(),
+                " requests wait for KV blocks the cluster pool never freed");
         break;
       }
       now_ = std::max(now_, t);
@@ -131,6 +148,12 @@ class event_loop {
       acc_.close_windows(now_);
     }
     out_.result = acc_.finish(now_);
+    if (lend_.enabled()) {
+      out_.borrowing_requests = lend_.borrowing_requests();
+      out_.peak_borrowed_blocks = lend_.peak_borrowed_blocks();
+      out_.remote_attention_bytes = lend_.remote_bytes();
+      out_.remote_attention_s = lend_.remote_s();
+    }
     for (const auto& n : nodes_)
       if constexpr (requires { n.s->stats().cached_prompt_tokens; })
         out_.result.stats.cached_prompt_tokens += n.s->stats().cached_prompt_tokens;
@@ -171,6 +194,7 @@ class event_loop {
       for (request_id id : b.aborted) {
         acc_.aborted(id, now_);
         release_tokens(acc_.index_of(id));  // the scheduler let it go at schedule()
+        lend_.release(acc_.index_of(id));
       }
       for (const auto& e : b.entries) {
         const auto r = acc_.entry(e, n.start, now_);
@@ -190,8 +214,11 @@ class event_loop {
         }
       }
       n.s->complete(finished_, decoded_);
-      for (const std::size_t i : leaving_) release_tokens(i);  // its ids were needed until complete()
-      for (auto& other : nodes_) other.stalled = false;        // KV was freed: others may fit now
+      for (const std::size_t i : leaving_) {
+        release_tokens(i);  // its ids were needed until complete()
+        lend_.release(i);
+      }
+      for (auto& other : nodes_) other.stalled = false;  // KV was freed: others may fit now
     }
   }
 
@@ -232,6 +259,7 @@ class event_loop {
 
   // Arrivals go to the instance (of those that prefill) with the fewest queued prompt tokens.
   void admit_arrivals() {
+    if (lend_.enabled()) return admit_borrowing();
     while (next_ < w_.size() && w_[next_].req.arrival_s <= now_) {
       std::size_t best = nodes_.size();
       for (std::size_t j = 0; j < nodes_.size(); ++j)
@@ -257,6 +285,44 @@ class event_loop {
       nodes_[best].stalled = false;
       acc_.submitted(next_, ok);
       ++next_;
+    }
+  }
+
+  // With KV borrowing: arrivals queue in order; the head is submitted once the cluster pool holds its
+  // whole KV (a request larger than the cluster is rejected at once).
+  void admit_borrowing() {
+    for (; next_ < w_.size() && w_[next_].req.arrival_s <= now_; ++next_) {
+      if (lend_.ever_fits(next_))
+        deferred_.push_back(next_);
+      else
+        acc_.submitted(next_, false);
+    }
+    while (!deferred_.empty()) {
+      const std::size_t i = deferred_.front();
+      const std::size_t best = lend_.place(i, [&](std::size_t j) { return nodes_[j].queued_prompt; });
+      if (!lend_.reserve(i, best)) break;
+      request r = w_[i].req;
+      if (o_.token_ids && shares_prefix(w_[i])) {
+        prompt_tokens(w_[i], o_.seed, tokens_[i]);
+        r.prompt = tokens_[i];
+      }
+      bool ok = false;
+      try {
+        ok = nodes_[best].s->submit(r, now_);
+      } catch (...) {
+        release_tokens(i);
+        lend_.release(i);
+        throw;
+      }
+      if (ok) {
+        nodes_[best].queued_prompt += w_[i].req.prompt_tokens;
+      } else {
+        release_tokens(i);
+        lend_.release(i);
+      }
+      nodes_[best].stalled = false;
+      acc_.submitted(i, ok);
+      deferred_.pop_front();
     }
   }
 
@@ -298,7 +364,12 @@ class event_loop {
         acc_.idle_with_work();
         continue;
       }
-      double dt = hooks_ && hooks_->iteration_s ? hooks_->iteration_s(j, b, now_) : m_.iteration_s(b);
+      // semi-PD's hooks cost a worker's share; with KV borrowing, DistAttention's split of the attention
+      // plus the creditor work owed by this instance.
+      double dt = hooks_ && hooks_->iteration_s ? hooks_->iteration_s(j, b, now_)
+                  : !lend_.enabled()
+                      ? m_.iteration_s(b)
+                      : lend_.iteration_s(b, m_, [&](request_id id) { return acc_.index_of(id); }) + lend_.take_debt(j);
       for (const auto& t : b.swapped_out) dt += m_.transfer_s(t);
       for (const auto& t : b.swapped_in) dt += m_.transfer_s(t);
       if (o_.time_noise_cv > 0.0) dt *= noise_.lognormal(1.0, o_.time_noise_cv);
@@ -329,6 +400,8 @@ class event_loop {
   std::vector<std::size_t> leaving_;
   // Synthetic token ids by workload index, non-empty while the request is in a scheduler with them.
   std::vector<std::vector<token_id>> tokens_;
+  kv_borrowing lend_;                 // KV borrowing between instances (inert unless enabled)
+  std::deque<std::size_t> deferred_;  // with borrowing: arrivals waiting for the pool, in order
   cluster_result out_;
   double now_ = 0.0, next_migration_ = inf;
   std::size_t next_ = 0;
