@@ -154,7 +154,7 @@ class similar_prompt_index {
     for (const std::uint64_t key : lru_) {
       const entry& e = entries_.find(key)->second;
       std::size_t agree = 0;
-      for (std::size_t s = 0; s < mine.size(); ++s) agree += mine[s] == e.sketch[s] ? 1 : 0;
+      for (std::size_t s = 0; s < mine.size(); ++s) agree += mine[s] == e.sketch[s] ? 1u : 0u;
       scored.push_back(candidate{agree, rank++, key});
     }
     const std::size_t take = std::min(opt_.max_candidates, scored.size());
