@@ -174,6 +174,11 @@ class model {
     for (std::size_t i = 0; i < d; ++i) x[i] += o[i];
   }
 
+  // Moves a cached key from position p to p + delta (RoPE is a rotation, so rotating by delta composes;
+  // in float the result is close to, not bitwise, a key computed at p + delta). For KV reuse across
+  // prompts whose tokens sit at other positions (kvshare.hpp).
+  void shift_position(float* k, std::int64_t delta) const { rope(k, delta); }
+
   // Logits of the final residual x.
   void logits(const float* x, float* out, float* scratch) const {
     rmsnorm(x, norm_f_.data(), scratch);

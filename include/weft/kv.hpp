@@ -18,4 +18,5 @@
 #include <weft/kv/kv_manager.hpp>
 #include <weft/kv/radix_cache.hpp>
 #include <weft/kv/sha256_block_hasher.hpp>
+#include <weft/kv/similar_prompt_index.hpp>
 #include <weft/kv/types.hpp>

@@ -12,6 +12,7 @@
 #include <weft/sched/drr_queue.hpp>
 #include <weft/sched/dynamic_splitfuse.hpp>
 #include <weft/sched/fcfs_queue.hpp>
+#include <weft/sched/hit_rate_aware_queue.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
 #include <weft/sched/prefill_first_scheduler.hpp>
 #include <weft/sched/prefix_aware_queue.hpp>
