@@ -21,6 +21,11 @@
 #     warnings an engine may use (WEFT_STRICT_WARNINGS: -Wshadow -Wconversion -Wsign-conversion ...),
 #     plus -Werror under WEFT_WERROR. A compile-only target, weft_strict_headers_<module>, built by g++
 #     in the dev preset and by clang in the asan-ubsan preset.
+#
+#   weft_add_compile_fail_test(<module> <name> SOURCE <file> MESSAGE <regex> [LIBS <targets...>])
+#     a "must not compile" test: the ctest "<module>.<name>" builds <file> (an object library left out
+#     of ALL) and passes only when the compiler's output matches <regex>, the static_assert message
+#     that should fire, so it fails both when the file compiles and when it breaks for another reason.
 find_package(Catch2 2.13 REQUIRED)
 
 include(WeftIsa)
@@ -251,4 +256,17 @@ function(weft_add_fuzzer module name)
     set_tests_properties(${module}.fuzz_${name} PROPERTIES LABELS "${module};fuzz" TIMEOUT ${fuzz_timeout}
                          COST ${WEFT_FUZZ_SECONDS})
   endif()
+endfunction()
+
+function(weft_add_compile_fail_test module name)
+  cmake_parse_arguments(ARG "" "SOURCE;MESSAGE" "LIBS" ${ARGN})
+  set(target compile_fail_${module}_${name})
+  add_library(${target} OBJECT EXCLUDE_FROM_ALL ${ARG_SOURCE})
+  set_target_properties(${target} PROPERTIES UNITY_BUILD OFF)
+  target_link_libraries(${target} PRIVATE weft::${module} weft_warnings ${ARG_LIBS})
+  add_test(NAME ${module}.${name}
+           COMMAND ${CMAKE_COMMAND} --build "${PROJECT_BINARY_DIR}" --target ${target} --config $<CONFIG>)
+  # PASS_REGULAR_EXPRESSION decides alone (the build's exit status is ignored): the message must appear.
+  set_tests_properties(${module}.${name} PROPERTIES LABELS ${module} TIMEOUT 120
+                       PASS_REGULAR_EXPRESSION "${ARG_MESSAGE}")
 endfunction()

@@ -75,7 +75,7 @@ class iteration_scheduler {
     expects(!o.chunked_prefill || std::cmp_greater_equal(o.token_budget, o.max_running), errc::invalid_argument, where,
             "chunked prefill needs token_budget >= max_running so no running decode is starved; got budget ",
             o.token_budget, " and max_running ", o.max_running);
-    if constexpr (requires { queue_.bind_prefix_probe([](const request&) { return std::int64_t{0}; }); })
+    if constexpr (binds_prefix_probe<Queue>)
       queue_.bind_prefix_probe([this](const request& r) { return cached_prefix_tokens(r); });
   }
   // The prefix probe captures this; moving would leave it dangling.

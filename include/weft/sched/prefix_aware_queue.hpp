@@ -4,6 +4,7 @@
 // cache-cold requests cannot starve.
 #pragma once
 
+#include <weft/sched/concepts.hpp>
 #include <weft/sched/request.hpp>
 
 #include <cmath>
@@ -24,7 +25,8 @@ namespace weft::sched {
 /// Not thread-safe. push/pop O(log n); peek O(G) probes, G = distinct prefixes waiting.
 class prefix_aware_queue {
  public:
-  using probe = std::function<std::int64_t(const request&)>;
+  using probe = prefix_probe;
+  static constexpr bool provides_prefix_probe = true;  ///< opts in to binds_prefix_probe's check
   struct options {
     double max_wait_s = 5.0;  ///< aging bound; > 0
   };
