@@ -4,6 +4,7 @@
 // cache-cold requests cannot starve.
 #pragma once
 
+#include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/request.hpp>
 
@@ -70,8 +71,7 @@ class prefix_aware_queue {
 
   void on_admit(const request&) {}
   void on_tokens(const request& r, std::int64_t n) {
-    expects(n >= 0, errc::invalid_argument, "weft::sched::prefix_aware_queue::on_tokens", "request ", r.id,
-            ": token count must be >= 0, got ", n);
+    detail::check_token_count(r, n, "weft::sched::prefix_aware_queue::on_tokens");
   }
   void on_finish(const request&, std::int64_t) {}
   std::size_t size() const noexcept { return size_; }
