@@ -21,6 +21,16 @@
 #     warnings an engine may use (WEFT_STRICT_WARNINGS: -Wshadow -Wconversion -Wsign-conversion ...),
 #     plus -Werror under WEFT_WERROR. A compile-only target, weft_strict_headers_<module>, built by g++
 #     in the dev preset and by clang in the asan-ubsan preset.
+#
+#   weft_add_cuda_test(<module> <name> SOURCES <files.cu...>)
+#     builds test_<module>_<name> from CUDA sources for sm_80 and sm_90 (only when WEFT_ENABLE_CUDA
+#     found nvcc) and registers "<module>.<name>", labelled <module> and cuda; the program exits 77
+#     (skipped) where no GPU is present, after checking what it can on the host.
+#
+#   weft_add_compile_fail_test(<module> <name> SOURCE <file> MESSAGE <regex> [LIBS <targets...>])
+#     a "must not compile" test: the ctest "<module>.<name>" builds <file> (an object library left out
+#     of ALL) and passes only when the compiler's output matches <regex>, the static_assert message
+#     that should fire, so it fails both when the file compiles and when it breaks for another reason.
 find_package(Catch2 2.13 REQUIRED)
 
 include(WeftIsa)
@@ -251,4 +261,31 @@ function(weft_add_fuzzer module name)
     set_tests_properties(${module}.fuzz_${name} PROPERTIES LABELS "${module};fuzz" TIMEOUT ${fuzz_timeout}
                          COST ${WEFT_FUZZ_SECONDS})
   endif()
+endfunction()
+
+function(weft_add_compile_fail_test module name)
+  cmake_parse_arguments(ARG "" "SOURCE;MESSAGE" "LIBS" ${ARGN})
+  set(target compile_fail_${module}_${name})
+  add_library(${target} OBJECT EXCLUDE_FROM_ALL ${ARG_SOURCE})
+  set_target_properties(${target} PROPERTIES UNITY_BUILD OFF)
+  target_link_libraries(${target} PRIVATE weft::${module} weft_warnings ${ARG_LIBS})
+  add_test(NAME ${module}.${name}
+           COMMAND ${CMAKE_COMMAND} --build "${PROJECT_BINARY_DIR}" --target ${target} --config $<CONFIG>)
+  # PASS_REGULAR_EXPRESSION decides alone (the build's exit status is ignored): the message must appear.
+  set_tests_properties(${module}.${name} PROPERTIES LABELS ${module} TIMEOUT 120
+                       PASS_REGULAR_EXPRESSION "${ARG_MESSAGE}")
+endfunction()
+
+function(weft_add_cuda_test module name)
+  cmake_parse_arguments(ARG "" "" "SOURCES" ${ARGN})
+  set(target test_${module}_${name})
+  add_executable(${target} ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE weft::${module})
+  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "80;90")
+  # CMake 3.25 does not know nvcc 13's C++20 flag, so it is passed by hand (and the interface's
+  # cxx_std_20 feature is satisfied by it).
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 --expt-relaxed-constexpr -Werror all-warnings>)
+  add_test(NAME ${module}.${name} COMMAND ${target})
+  set_tests_properties(${module}.${name} PROPERTIES LABELS "${module};cuda" SKIP_RETURN_CODE 77)
 endfunction()

@@ -22,7 +22,7 @@ struct stats {
 };
 
 stats measure(const linear_code& code, const std::vector<std::vector<std::size_t>>& sets) {
-  const std::size_t n = code.n_workers(), dim = 64;
+  const std::size_t n = code.num_workers(), dim = 64;
   detail::rng gen(77);
   std::vector<std::vector<float>> partial(code.n_partitions(), std::vector<float>(dim));
   std::vector<double> truth(dim, 0.0);

@@ -56,7 +56,7 @@ std::pair<double, double> decode_cost(const linear_code& code, std::size_t survi
   const int solves = 20;
   const auto t0 = clock_type::now();
   for (int i = 0; i < solves; ++i) {
-    std::vector<std::size_t> all(code.n_workers());
+    std::vector<std::size_t> all(code.num_workers());
     std::iota(all.begin(), all.end(), std::size_t{0});
     for (std::size_t j = all.size(); j > 1; --j) std::swap(all[j - 1], all[gen.below(j)]);
     all.resize(survivors);
@@ -81,7 +81,7 @@ template <class WaitFor, class Observe>
 row simulate(const std::string& config, const std::string& scheme, const linear_code& code, const model& m,
              std::size_t steps, std::uint64_t seed, WaitFor wait_for_fn, Observe observe) {
   detail::rng gen(seed);
-  const std::size_t n = code.n_workers();
+  const std::size_t n = code.num_workers();
   std::vector<double> step_ms;
   double residual_sum = 0;
   std::vector<double> t(n);

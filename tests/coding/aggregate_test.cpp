@@ -22,7 +22,7 @@ void run_workers(const linear_code& code, inproc_channel& ch, std::uint64_t step
                  const std::vector<std::vector<float>>& partial, std::vector<std::size_t> slow,
                  std::atomic<int>& cancelled_seen) {
   std::vector<std::thread> threads;
-  for (std::size_t w = 0; w < code.n_workers(); ++w)
+  for (std::size_t w = 0; w < code.num_workers(); ++w)
     threads.emplace_back([&, w] {
       if (std::find(slow.begin(), slow.end(), w) != slow.end()) {
         const auto until = std::chrono::steady_clock::now() + 5s;

@@ -21,9 +21,8 @@
 namespace {
 
 // A two-worker repetition code written from scratch: both workers hold the one partition.
-struct minimal_code {
+struct minimal_code_body {
   std::vector<std::size_t> held{0};
-  std::size_t n_workers() const { return 2; }
   std::size_t n_partitions() const { return 1; }
   std::size_t stragglers() const { return 1; }
   std::span<const std::size_t> assignment(std::size_t) const { return held; }
@@ -35,6 +34,13 @@ struct minimal_code {
     d->weights = {1.0};
     return d;
   }
+};
+struct minimal_code : minimal_code_body {
+  std::size_t num_workers() const { return 2; }
+};
+// A model written before num_workers(): still a gradient_code while n_workers() is deprecated.
+struct legacy_code : minimal_code_body {
+  std::size_t n_workers() const { return 2; }
 };
 
 // A channel that replays a fixed queue and records cancellations.
@@ -55,7 +61,7 @@ struct minimal_channel {
 struct minimal_scheme {
   std::vector<std::vector<weft::coding::mini_task>> plan{{}};
   std::uint64_t r = 0;
-  std::size_t n_workers() const { return 1; }
+  std::size_t num_workers() const { return 1; }
   std::size_t delay() const { return 0; }
   double normalized_load() const { return 1.0; }
   bool tolerates(std::span<const std::size_t>) const { return true; }
@@ -146,7 +152,7 @@ TEST_CASE("the minimal code runs through the sequential schemes and any_gradient
   // Type-erased: the same answers through any_gradient_code, which copies share.
   const weft::coding::any_gradient_code any(code);
   const auto copy = any;
-  CHECK(copy.n_workers() == 2);
+  CHECK(copy.num_workers() == 2);
   CHECK(copy.stragglers() == 1);
   CHECK(copy.coefficient(1, 0) == 1.0);
   CHECK(copy.name() == "custom");
@@ -172,7 +178,7 @@ TEST_CASE("make_gradient_code builds every built-in code by name", "[coding][arc
   for (const char* name : {"fractional", "cyclic", "cyclic-random", "hybrid", "approximate"}) {
     const auto c = make_gradient_code(name, 6, 1);
     INFO(name);
-    CHECK(c.n_workers() == 6);
+    CHECK(c.num_workers() == 6);
     const std::vector<std::size_t> f{0, 1, 2, 3, 4};
     CHECK(c.try_decoder(f) != nullptr);
   }
@@ -182,4 +188,24 @@ TEST_CASE("make_gradient_code builds every built-in code by name", "[coding][arc
   CHECK_THROWS_WITH(make_gradient_code("raptor", 4, 1),
                     Catch::Matchers::Contains("unknown code 'raptor'") && Catch::Matchers::Contains("hybrid"));
   CHECK_THROWS_WITH(make_gradient_code("fractional", 5, 1), Catch::Matchers::Contains("(s+1) | n"));
+}
+
+static_assert(weft::coding::gradient_code<legacy_code>);
+static_assert(!weft::coding::counts_workers<minimal_code_body>);
+
+TEST_CASE("a model with the deprecated n_workers() still runs, and the old name still answers", "[coding][archetype]") {
+  const weft::coding::gc_scheme<legacy_code> scheme{legacy_code{}};
+  CHECK(scheme.num_workers() == 2);
+  const weft::coding::any_gradient_code any(legacy_code{});
+  CHECK(any.num_workers() == 2);
+  const auto code = weft::coding::make_gradient_code("cyclic", 5, 1);
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+  CHECK(code.n_workers() == code.num_workers());
+  CHECK(scheme.n_workers() == 2);
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 }

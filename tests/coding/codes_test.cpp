@@ -44,7 +44,7 @@ TEST_CASE("cyclic repetition: worker i holds i..i+s mod n and B is zero elsewher
 namespace {
 // Worst condition number of B_F over the n sets that drop s consecutive workers.
 double worst_burst_condition(const linear_code& code) {
-  const std::size_t n = code.n_workers(), s = code.stragglers();
+  const std::size_t n = code.num_workers(), s = code.stragglers();
   double worst = 0;
   for (std::size_t first = 0; first < n; ++first) {
     std::vector<std::size_t> f;

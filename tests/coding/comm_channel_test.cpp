@@ -46,7 +46,7 @@ TEST_CASE("aggregate over weft::comm's inproc transport cancels the straggler", 
   {
     auto master = world.transport(0);
     comm_master_channel<weft::comm::inproc_transport> ch(master, dim);
-    CHECK(ch.n_workers() == n);
+    CHECK(ch.num_workers() == n);
     auto r = aggregate(code, ch, 3, out, std::chrono::steady_clock::now() + 10s);
     REQUIRE(r.has_value());
     // Which workers decode depends on arrival order (workers 1 and 3 alone cover every partition,

@@ -56,7 +56,7 @@ TEST_CASE("decoders of every code family agree with Eigen's", "[coding][dense]")
                                  approximate_code(16, 3, 5), uncoded(5)};
   for (const auto& code : codes) {
     INFO(code.name());
-    const std::size_t n = code.n_workers();
+    const std::size_t n = code.num_workers();
     for (int trial = 0; trial < 12; ++trial) {
       // Decodable sets (n - s) and smaller/larger ones (rank deficiency, inexact solves).
       const std::size_t m = 1 + gen.below(n);

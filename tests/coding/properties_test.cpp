@@ -32,8 +32,8 @@ fixture make(const linear_code& code, std::size_t dim, std::uint64_t seed) {
       p[e] = static_cast<float>(gen.normal());
       f.truth[e] += p[e];
     }
-  f.messages.assign(code.n_workers(), std::vector<float>(dim));
-  for (std::size_t w = 0; w < code.n_workers(); ++w) {
+  f.messages.assign(code.num_workers(), std::vector<float>(dim));
+  for (std::size_t w = 0; w < code.num_workers(); ++w) {
     std::vector<std::span<const float>> in;
     for (std::size_t j : code.assignment(w)) in.emplace_back(f.partial[j]);
     encode(code, w, in, f.messages[w]);
@@ -68,10 +68,10 @@ void for_each_subset(std::size_t n, std::size_t min_size, const std::function<vo
 }
 
 void exhaustive(const linear_code& code) {
-  const auto f = make(code, 32, 1234 + code.n_workers() * 31 + code.stragglers());
+  const auto f = make(code, 32, 1234 + code.num_workers() * 31 + code.stragglers());
   double worst = 0;
   std::size_t sets = 0;
-  for_each_subset(code.n_workers(), code.n_workers() - code.stragglers(), [&](std::vector<std::size_t>& s) {
+  for_each_subset(code.num_workers(), code.num_workers() - code.stragglers(), [&](std::vector<std::size_t>& s) {
     worst = std::max(worst, relative_error(code, f, s));
     ++sets;
   });
@@ -82,7 +82,7 @@ void exhaustive(const linear_code& code) {
 void sampled(const linear_code& code, std::size_t samples, std::uint64_t seed) {
   const auto f = make(code, 64, seed);
   detail::rng gen(seed);
-  const std::size_t n = code.n_workers();
+  const std::size_t n = code.num_workers();
   double worst = 0;
   std::vector<std::size_t> all(n);
   for (std::size_t t = 0; t < samples; ++t) {

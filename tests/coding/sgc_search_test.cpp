@@ -104,7 +104,7 @@ TEST_CASE("delay profiles read from CSV, with clear errors for the wrong shape",
   std::istringstream ok("round,worker,seconds\n0,0,1.0\n0,1,2.5\n1,1,1.5\n1,0,0.5\n");
   const auto t = read_delay_trace_csv(ok, "ok.csv");
   CHECK(t.rounds() == 2);
-  CHECK(t.n_workers() == 2);
+  CHECK(t.num_workers() == 2);
   CHECK(t.at(1, 0) == 0.5);
   std::istringstream missing("round,worker,seconds\n0,0,1.0\n0,1,2.5\n1,1,1.5\n");
   CHECK_THROWS_WITH(read_delay_trace_csv(missing, "m.csv"),

@@ -6,11 +6,14 @@
 #include <weft/comm/collectives.hpp>
 #include <weft/comm/nonblocking.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace weft_test {
 
@@ -83,6 +86,26 @@ void check_all_collectives(Tr& t, const std::vector<std::size_t>& sizes, std::si
       if (out2[i] != static_cast<std::int32_t>(i / 2'000)) throw std::runtime_error("non-blocking alltoall wrong");
   }
   wc::barrier(t);
+}
+
+/// The body of forked rank r of a group that disagrees (rank 1 reduces 11 elements, the others 10):
+/// exits 42 when allreduce fails fast (under 5 s) with mismatch or aborted, 2 when it fails otherwise,
+/// 3 when it does not fail. The parent checks that every rank exited 42.
+template <class Tr>
+[[noreturn]] void disagreeing_allreduce(Tr& t, int r) {
+  namespace wc = weft::comm;
+  std::vector<float> data(r == 1 ? 11 : 10, 1.0f);
+  wc::options opt;
+  opt.timeout = std::chrono::seconds(20);
+  const auto start = wc::clock_type::now();
+  try {
+    wc::allreduce(t, std::span<float>(data), weft::op::sum{}, opt);
+  } catch (const weft::error& e) {
+    const auto code = static_cast<weft::errc>(e.code().value());
+    const bool fast = wc::clock_type::now() - start < std::chrono::seconds(5);
+    ::_exit(fast && (code == weft::errc::mismatch || code == weft::errc::aborted) ? 42 : 2);
+  }
+  ::_exit(3);
 }
 
 }  // namespace weft_test

@@ -45,18 +45,7 @@ TEST_CASE("shm transport: disagreeing ranks fail fast on every rank; a dead peer
   const std::string name = unique_name("bad", 3);
   auto res = wc::fork_ranks(3, [&](int r) {
     wc::shm_transport t(name, r, 3);
-    std::vector<float> data(r == 1 ? 11 : 10, 1.0f);
-    wc::options opt;
-    opt.timeout = std::chrono::seconds(20);
-    const auto start = wc::clock_type::now();
-    try {
-      wc::allreduce(t, std::span<float>(data), weft::op::sum{}, opt);
-    } catch (const weft::error& e) {
-      const auto code = static_cast<weft::errc>(e.code().value());
-      const bool fast = wc::clock_type::now() - start < std::chrono::seconds(5);
-      ::_exit(fast && (code == weft::errc::mismatch || code == weft::errc::aborted) ? 42 : 2);
-    }
-    ::_exit(3);
+    weft_test::disagreeing_allreduce(t, r);
   });
   CHECK(res.status == std::vector<int>{42, 42, 42});
 

@@ -56,18 +56,7 @@ TEST_CASE("tcp transport: disagreeing ranks fail fast everywhere; a dead peer is
   const auto port = free_port();
   auto res = wc::fork_ranks(3, [&](int r) {
     wc::tcp_transport t(r, 3, wc::tcp_rendezvous::rank0("127.0.0.1", port));
-    std::vector<float> data(r == 1 ? 11 : 10, 1.0f);
-    wc::options opt;
-    opt.timeout = std::chrono::seconds(20);
-    const auto start = wc::clock_type::now();
-    try {
-      wc::allreduce(t, std::span<float>(data), weft::op::sum{}, opt);
-    } catch (const weft::error& e) {
-      const auto code = static_cast<weft::errc>(e.code().value());
-      const bool fast = wc::clock_type::now() - start < std::chrono::seconds(5);
-      ::_exit(fast && (code == weft::errc::mismatch || code == weft::errc::aborted) ? 42 : 2);
-    }
-    ::_exit(3);
+    weft_test::disagreeing_allreduce(t, r);
   });
   CHECK(res.status == std::vector<int>{42, 42, 42});
 

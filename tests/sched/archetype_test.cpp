@@ -7,6 +7,7 @@
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -77,4 +78,64 @@ TEST_CASE("any_batch_scheduler runs a scheduler chosen at run time", "[sched][an
     CHECK(s.idle());
   }
   CHECK_THROWS_AS(any_batch_scheduler(std::unique_ptr<iteration_scheduler<>>()), weft::error);
+}
+
+// The optional hook bind_prefix_probe: detected by the concept binds_prefix_probe, with or without the
+// opt-in; a misspelled hook without the opt-in is (as before) not detected, and with the opt-in it is a
+// compile error (tests/sched/compile_fail/misspelled_prefix_probe.cpp, ctest sched.misspelled_hook).
+#include <weft/sched/any_fair_queue.hpp>
+#include <weft/sched/prefix_aware_queue.hpp>
+
+namespace {
+
+// Each queue counts the binds it received (shared, so a copy moved into a scheduler still reports).
+struct probed_queue : weft_test::min_queue {
+  static constexpr bool provides_prefix_probe = true;
+  std::shared_ptr<int> binds = std::make_shared<int>(0);
+  void bind_prefix_probe(prefix_probe p) { *binds += p ? 1 : 0; }
+};
+
+struct probed_queue_without_opt_in : weft_test::min_queue {  // user types written before the opt-in
+  std::shared_ptr<int> binds = std::make_shared<int>(0);
+  void bind_prefix_probe(prefix_probe p) { *binds += p ? 1 : 0; }
+};
+
+struct misspelled_probe_queue : weft_test::min_queue {  // "prefx": never called, as before the concept
+  std::shared_ptr<int> binds = std::make_shared<int>(0);
+  void bind_prefx_probe(prefix_probe p) { *binds += p ? 1 : 0; }
+};
+
+struct opted_out_queue : weft_test::min_queue {  // provides_prefix_probe = false: no check, no hook
+  static constexpr bool provides_prefix_probe = false;
+};
+
+}  // namespace
+
+static_assert(binds_prefix_probe<probed_queue>);
+static_assert(binds_prefix_probe<probed_queue_without_opt_in>);
+static_assert(binds_prefix_probe<prefix_aware_queue>);
+static_assert(binds_prefix_probe<any_fair_queue>);
+static_assert(!binds_prefix_probe<misspelled_probe_queue>);
+static_assert(!binds_prefix_probe<opted_out_queue>);
+static_assert(!binds_prefix_probe<weft_test::min_queue>);
+static_assert(fair_queue<probed_queue> && fair_queue<misspelled_probe_queue>);
+
+TEST_CASE("the scheduler binds the prefix probe of a queue that has the hook", "[sched][archetype]") {
+  using kv = weft_test::min_kv;
+  probed_queue with;
+  iteration_scheduler<probed_queue, kv, min_victim> a(chunked_prefill(64, 8), with);
+  CHECK(*with.binds == 1);
+  probed_queue_without_opt_in without;
+  iteration_scheduler<probed_queue_without_opt_in, kv, min_victim> b(chunked_prefill(64, 8), without);
+  CHECK(*without.binds == 1);
+  misspelled_probe_queue misspelled;
+  iteration_scheduler<misspelled_probe_queue, kv, min_victim> c(chunked_prefill(64, 8), misspelled);
+  CHECK(*misspelled.binds == 0);
+  // Through the run-time adapter: any_fair_queue forwards to the wrapped queue's hook, if any.
+  probed_queue wrapped;
+  iteration_scheduler<any_fair_queue, kv, min_victim> d(chunked_prefill(64, 8), any_fair_queue{wrapped});
+  CHECK(*wrapped.binds == 1);
+  misspelled_probe_queue wrapped_misspelled;
+  iteration_scheduler<any_fair_queue, kv, min_victim> e(chunked_prefill(64, 8), any_fair_queue{wrapped_misspelled});
+  CHECK(*wrapped_misspelled.binds == 0);
 }

@@ -40,7 +40,7 @@ result<aggregate_report> aggregate(const Code& code, Channel& channel, std::uint
                                    std::chrono::steady_clock::time_point deadline, std::size_t wait_for = 0) {
   constexpr const char* where = "weft::coding::aggregate";
   const auto start = std::chrono::steady_clock::now();
-  const std::size_t n = code.n_workers();
+  const std::size_t n = detail::num_workers_of(code);
   if (wait_for == 0) wait_for = n - code.stragglers();
   expects(wait_for <= n, errc::invalid_argument, where, "wait_for = ", wait_for, " exceeds n = ", n);
   aggregate_report report;

@@ -30,7 +30,8 @@ class any_gradient_code {
   requires(!std::is_same_v<std::remove_cvref_t<C>, any_gradient_code> && gradient_code<C>) any_gradient_code(C code)
       : impl_(std::make_shared<const model<C>>(std::move(code))) {}
 
-  std::size_t n_workers() const { return impl_->n_workers(); }
+  std::size_t num_workers() const { return impl_->num_workers(); }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const { return num_workers(); }
   std::size_t n_partitions() const { return impl_->n_partitions(); }
   std::size_t stragglers() const { return impl_->stragglers(); }
   std::span<const std::size_t> assignment(std::size_t worker) const { return impl_->assignment(worker); }
@@ -44,7 +45,7 @@ class any_gradient_code {
  private:
   struct concept_t {
     virtual ~concept_t() = default;
-    virtual std::size_t n_workers() const = 0;
+    virtual std::size_t num_workers() const = 0;
     virtual std::size_t n_partitions() const = 0;
     virtual std::size_t stragglers() const = 0;
     virtual std::span<const std::size_t> assignment(std::size_t worker) const = 0;
@@ -55,7 +56,7 @@ class any_gradient_code {
   template <class C>
   struct model final : concept_t {
     explicit model(C c) : held(std::move(c)) {}
-    std::size_t n_workers() const override { return held.n_workers(); }
+    std::size_t num_workers() const override { return detail::num_workers_of(held); }
     std::size_t n_partitions() const override { return held.n_partitions(); }
     std::size_t stragglers() const override { return held.stragglers(); }
     std::span<const std::size_t> assignment(std::size_t worker) const override { return held.assignment(worker); }

@@ -92,8 +92,9 @@ class coded_allreduce {
     constexpr const char* where = "weft::coding::coded_allreduce";
     n_ = static_cast<std::size_t>(t_.size());
     rank_ = static_cast<std::size_t>(t_.rank());
-    expects(code_.n_workers() == n_, errc::invalid_argument, where, "the code has n = ", code_.n_workers(),
-            " workers but the group has ", n_, " ranks (worker w is rank w)");
+    expects(detail::num_workers_of(code_) == n_, errc::invalid_argument, where,
+            "the code has n = ", detail::num_workers_of(code_), " workers but the group has ", n_,
+            " ranks (worker w is rank w)");
     expects(dim_ > 0, errc::invalid_argument, where, "dim must be positive");
     expects(opt_.coordinator >= 0 && static_cast<std::size_t>(opt_.coordinator) < n_, errc::invalid_argument, where,
             "coordinator ", opt_.coordinator, " is not a rank of the group of ", n_);
@@ -116,7 +117,8 @@ class coded_allreduce {
     service_.join();
   }
 
-  std::size_t n_workers() const noexcept { return n_; }
+  std::size_t num_workers() const noexcept { return n_; }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const noexcept { return num_workers(); }
   const Code& code() const noexcept { return code_; }
   /// Steps done so far (the next reduce() is this step).
   std::uint64_t steps() const noexcept { return next_step_; }

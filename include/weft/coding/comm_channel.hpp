@@ -58,7 +58,8 @@ class comm_master_channel {
     for (auto& th : threads_) th.join();
   }
 
-  std::size_t n_workers() const noexcept { return ranks_.size(); }
+  std::size_t num_workers() const noexcept { return ranks_.size(); }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const noexcept { return num_workers(); }
   int rank_of(std::size_t worker) const { return ranks_.at(worker); }
 
   /// The next coded message from any worker, or std::nullopt at the deadline. A worker whose link

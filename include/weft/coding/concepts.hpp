@@ -19,10 +19,31 @@ namespace weft::coding {
 /// C is a gradient code: n workers, k data partitions, an assignment of partitions to workers,
 /// encoding coefficients (coefficient(i, j) = B_ij; worker i sends sum_j B_ij g_j over the
 /// partitions it holds), and a decoder for any survivor set, or nullptr when the set cannot decode.
+/// (Counts are spelled num_<things>(): docs/design-notes.md, "Counts". During the deprecation of
+/// n_workers() a model may provide either name; weft reads it through detail::num_workers_of.)
 template <class C>
-concept gradient_code = requires(const C& c, std::size_t worker, std::size_t partition,
-                                 std::span<const std::size_t> survivors) {
-  { c.n_workers() } -> std::convertible_to<std::size_t>;
+concept counts_workers = requires(const C& c) {
+  { c.num_workers() } -> std::convertible_to<std::size_t>;
+}
+|| requires(const C& c) {
+  { c.n_workers() } -> std::convertible_to<std::size_t>;  // deprecated spelling, until the next breaking release
+};
+
+namespace detail {
+/// c's number of workers, through num_workers() or, for models written before it, n_workers(). O(1)
+/// beyond c's own call.
+template <counts_workers C>
+std::size_t num_workers_of(const C& c) {
+  if constexpr (requires { c.num_workers(); })
+    return static_cast<std::size_t>(c.num_workers());
+  else
+    return static_cast<std::size_t>(c.n_workers());
+}
+}  // namespace detail
+
+template <class C>
+concept gradient_code = counts_workers<C> &&
+    requires(const C& c, std::size_t worker, std::size_t partition, std::span<const std::size_t> survivors) {
   { c.n_partitions() } -> std::convertible_to<std::size_t>;
   { c.stragglers() } -> std::convertible_to<std::size_t>;
   { c.assignment(worker) } -> std::convertible_to<std::span<const std::size_t>>;
@@ -63,8 +84,8 @@ concept coded_channel = requires(T& t, std::chrono::steady_clock::time_point dea
 /// that decoded (with their decoding terms) or were missed. normalized_load() is the fraction of a
 /// job's data one worker processes per round.
 template <class S>
-concept sequential_scheme = requires(S& s, const S& cs, bool start_job, std::span<const std::size_t> stragglers) {
-  { cs.n_workers() } -> std::convertible_to<std::size_t>;
+concept sequential_scheme = counts_workers<S> &&
+    requires(S& s, const S& cs, bool start_job, std::span<const std::size_t> stragglers) {
   { cs.delay() } -> std::convertible_to<std::size_t>;
   { cs.normalized_load() } -> std::convertible_to<double>;
   { cs.tolerates(stragglers) } -> std::convertible_to<bool>;

@@ -33,7 +33,8 @@ class survivor_set {
   }
 
   std::size_t size() const noexcept { return workers_.size(); }
-  std::size_t n_workers() const noexcept { return n_; }
+  std::size_t num_workers() const noexcept { return n_; }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const noexcept { return num_workers(); }
   std::span<const std::size_t> workers() const noexcept { return workers_; }
   bool contains(std::size_t w) const { return std::binary_search(workers_.begin(), workers_.end(), w); }
 

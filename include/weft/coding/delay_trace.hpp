@@ -44,10 +44,11 @@ class delay_trace {
   }
 
   std::size_t rounds() const noexcept { return rounds_; }
-  std::size_t n_workers() const noexcept { return n_; }
+  std::size_t num_workers() const noexcept { return n_; }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const noexcept { return num_workers(); }
   /// The normalized load the delays were measured at.
   double reference_load() const noexcept { return reference_load_; }
-  /// Unchecked (r < rounds(), w < n_workers()).
+  /// Unchecked (r < rounds(), w < num_workers()).
   double at(std::size_t round, std::size_t worker) const noexcept { return seconds_[round * n_ + worker]; }
   std::span<const double> round(std::size_t r) const noexcept { return {seconds_.data() + r * n_, n_}; }
 

@@ -24,17 +24,19 @@ class gc_scheme {
  public:
   /// code: any (n, s) gradient code. Throws weft::error(invalid_argument) when it has no workers.
   explicit gc_scheme(Code code, sequential_options options = {}) : code_(std::move(code)), opt_(options) {
-    expects(code_.n_workers() >= 1, errc::invalid_argument, "weft::coding::gc_scheme", "the code has no workers");
-    pieces_.resize(n_workers());
-    coefficients_.resize(n_workers());
-    for (std::size_t w = 0; w < n_workers(); ++w) {
+    expects(detail::num_workers_of(code_) >= 1, errc::invalid_argument, "weft::coding::gc_scheme",
+            "the code has no workers");
+    pieces_.resize(num_workers());
+    coefficients_.resize(num_workers());
+    for (std::size_t w = 0; w < num_workers(); ++w) {
       const auto held = code_.assignment(w);
       pieces_[w].assign(held.begin(), held.end());
       for (std::size_t p : held) coefficients_[w].push_back(static_cast<double>(code_.coefficient(w, p)));
     }
   }
 
-  std::size_t n_workers() const { return code_.n_workers(); }
+  std::size_t num_workers() const { return detail::num_workers_of(code_); }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const { return num_workers(); }
   /// T: rounds a job may take after the one it starts in.
   static constexpr std::size_t delay() noexcept { return 0; }
   const Code& code() const noexcept { return code_; }
@@ -63,7 +65,7 @@ class gc_scheme {
 
   /// Whether the master may leave `stragglers` behind this round and still decode: at most s.
   bool tolerates(std::span<const std::size_t> stragglers) const {
-    detail::check_worker_set(stragglers, n_workers(), "weft::coding::gc_scheme::tolerates", scratch_);
+    detail::check_worker_set(stragglers, num_workers(), "weft::coding::gc_scheme::tolerates", scratch_);
     return stragglers.size() <= code_.stragglers();
   }
 
@@ -72,7 +74,7 @@ class gc_scheme {
   const std::vector<std::vector<mini_task>>& begin_round(bool start_job = true) {
     expects(!open_, errc::precondition, "weft::coding::gc_scheme::begin_round", "round ", round_,
             " was begun and not ended");
-    plan_.assign(n_workers(), {});
+    plan_.assign(num_workers(), {});
     started_ = start_job;
     if (start_job)
       for (auto& tasks : plan_) tasks.push_back({round_, 0});
@@ -86,19 +88,19 @@ class gc_scheme {
   sequential_round_report end_round(std::span<const std::size_t> stragglers) {
     constexpr const char* where = "weft::coding::gc_scheme::end_round";
     expects(open_, errc::precondition, where, "no round is open; call begin_round first");
-    detail::check_worker_set(stragglers, n_workers(), where, scratch_);
+    detail::check_worker_set(stragglers, num_workers(), where, scratch_);
     sequential_round_report out;
     out.round = round_;
     if (started_) {
       std::vector<std::size_t> have;
-      for (std::size_t w = 0; w < n_workers(); ++w)
+      for (std::size_t w = 0; w < num_workers(); ++w)
         if ((scratch_[w / 64] >> (w % 64) & 1) == 0) have.push_back(w);
-      if (have.size() + code_.stragglers() >= n_workers()) {
+      if (have.size() + code_.stragglers() >= num_workers()) {
         decoded_job d{round_, round_, {}};
         if (opt_.build_decoders) {
           const auto dec = code_.try_decoder(have);
           expects(dec != nullptr, errc::precondition, where, "the code cannot decode ", have.size(), " of ",
-                  n_workers(), " workers although it claims to tolerate s = ", code_.stragglers(), " stragglers");
+                  num_workers(), " workers although it claims to tolerate s = ", code_.stragglers(), " stragglers");
           for (std::size_t i = 0; i < dec->survivors.size(); ++i)
             d.terms.push_back({dec->survivors[i], 0, dec->weights[i]});
         }

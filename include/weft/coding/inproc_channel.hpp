@@ -27,12 +27,13 @@ class inproc_channel {
     for (auto& c : cancelled_step_) c.store(no_step, std::memory_order_relaxed);
   }
 
-  std::size_t n_workers() const noexcept { return cancelled_step_.size(); }
+  std::size_t num_workers() const noexcept { return cancelled_step_.size(); }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const noexcept { return num_workers(); }
 
   /// Called by a worker. Throws weft::error(out_of_range) naming the worker when it is >= n.
   void send(coded_message message) {
-    expects(message.worker < n_workers(), errc::out_of_range, "weft::coding::inproc_channel::send", "worker ",
-            message.worker, " is out of range for ", n_workers(), " workers");
+    expects(message.worker < num_workers(), errc::out_of_range, "weft::coding::inproc_channel::send", "worker ",
+            message.worker, " is out of range for ", num_workers(), " workers");
     {
       std::lock_guard lock(mutex_);
       queue_.push_back(std::move(message));
@@ -51,8 +52,8 @@ class inproc_channel {
 
   /// Marks worker's message for step as no longer needed; the worker polls cancelled().
   void cancel(std::size_t worker, std::uint64_t step) {
-    expects(worker < n_workers(), errc::out_of_range, "weft::coding::inproc_channel::cancel", "worker ", worker,
-            " is out of range for ", n_workers(), " workers");
+    expects(worker < num_workers(), errc::out_of_range, "weft::coding::inproc_channel::cancel", "worker ", worker,
+            " is out of range for ", num_workers(), " workers");
     cancelled_step_[worker].store(step, std::memory_order_release);
   }
 

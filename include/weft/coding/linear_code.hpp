@@ -152,7 +152,8 @@ class linear_code {
   }
 
   const std::string& name() const noexcept { return name_; }
-  std::size_t n_workers() const noexcept { return b_.rows(); }
+  std::size_t num_workers() const noexcept { return b_.rows(); }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const noexcept { return num_workers(); }
   std::size_t n_partitions() const noexcept { return b_.cols(); }
   std::size_t stragglers() const noexcept { return s_; }
   code_kind kind() const noexcept { return kind_; }
@@ -164,8 +165,8 @@ class linear_code {
 
   /// Partitions stored by worker w, in the order encode() expects them. Throws when w >= n. O(1).
   std::span<const std::size_t> assignment(std::size_t worker) const {
-    expects(worker < n_workers(), errc::out_of_range, "weft::coding::linear_code::assignment", "worker ", worker,
-            " is out of range for n = ", n_workers());
+    expects(worker < num_workers(), errc::out_of_range, "weft::coding::linear_code::assignment", "worker ", worker,
+            " is out of range for n = ", num_workers());
     return assignment_[worker];
   }
 
@@ -181,7 +182,7 @@ class linear_code {
   /// aggregator can test each arrival. Computed once per distinct set, then cached.
   /// Thread-safe; O(1) amortised on a hit, O(|F| k^2) on a miss.
   std::shared_ptr<const decoder> try_decoder(std::span<const std::size_t> survivors) const {
-    survivor_set f(survivors, n_workers());
+    survivor_set f(survivors, num_workers());
     auto d = cache_->get(f.bitmask(), [&] { return detail::solve_decoder(b_, f, tolerance_); });
     if (f.size() == 0) return nullptr;
     if (kind_ == code_kind::exact && !d->exact) return nullptr;
@@ -193,11 +194,11 @@ class linear_code {
   /// the set cannot decode. Thread-safe; cached like try_decoder.
   std::shared_ptr<const decoder> decoder_for(std::span<const std::size_t> survivors) const {
     constexpr const char* where = "weft::coding::linear_code::decoder_for";
-    survivor_set f(survivors, n_workers());
+    survivor_set f(survivors, num_workers());
     if (kind_ == code_kind::exact)
-      expects(f.size() + s_ >= n_workers(), errc::invalid_argument, where, "survivor set has ", f.size(),
-              " workers; code '", name_, "' with n = ", n_workers(), ", s = ", s_,
-              " needs at least n - s = ", n_workers() - s_);
+      expects(f.size() + s_ >= num_workers(), errc::invalid_argument, where, "survivor set has ", f.size(),
+              " workers; code '", name_, "' with n = ", num_workers(), ", s = ", s_,
+              " needs at least n - s = ", num_workers() - s_);
     else
       expects(f.size() > 0, errc::invalid_argument, where, "survivor set is empty");
     auto d = cache_->get(f.bitmask(), [&] { return detail::solve_decoder(b_, f, tolerance_); });

@@ -58,8 +58,8 @@ class m_sgc {
       expects(d2_code.has_value(), errc::invalid_argument, where, "lambda = ", m_.lambda, " < n = ", n,
               " needs a D2 gradient code for lambda stragglers");
       code_ = std::move(d2_code);
-      expects(code_->n_workers() == n, errc::invalid_argument, where, "the D2 code has n = ", code_->n_workers(),
-              " workers, the model n = ", n);
+      expects(detail::num_workers_of(*code_) == n, errc::invalid_argument, where,
+              "the D2 code has n = ", detail::num_workers_of(*code_), " workers, the model n = ", n);
       expects(code_->stragglers() >= m_.lambda, errc::invalid_argument, where,
               "the D2 code tolerates s = ", code_->stragglers(), " stragglers, fewer than lambda = ", m_.lambda);
       groups_ = m_.burst;
@@ -88,7 +88,8 @@ class m_sgc {
   }
 
   const bursty_straggler_model& model() const noexcept { return m_; }
-  std::size_t n_workers() const noexcept { return m_.n_workers; }
+  std::size_t num_workers() const noexcept { return m_.n_workers; }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const noexcept { return num_workers(); }
   /// T = W - 2 + B.
   std::size_t delay() const noexcept { return m_.window - 2 + m_.burst; }
   /// W - 1 + B mini-tasks per worker per job (W - 1 without D2), one per round.
@@ -131,7 +132,7 @@ class m_sgc {
   const std::vector<std::vector<mini_task>>& begin_round(bool start_job = true) {
     expects(!open_, errc::precondition, "weft::coding::m_sgc::begin_round", "round ", round_,
             " was begun and not ended");
-    const std::size_t n = n_workers();
+    const std::size_t n = num_workers();
     if (start_job) jobs_.emplace(round_, job_state(n, d1_, groups_));
     plan_.assign(n, {});
     for (auto& [id, job] : jobs_) {
@@ -157,8 +158,8 @@ class m_sgc {
   sequential_round_report end_round(std::span<const std::size_t> stragglers) {
     constexpr const char* where = "weft::coding::m_sgc::end_round";
     expects(open_, errc::precondition, where, "no round is open; call begin_round first");
-    detail::check_worker_set(stragglers, n_workers(), where, scratch_);
-    for (std::size_t w = 0; w < n_workers(); ++w) {
+    detail::check_worker_set(stragglers, num_workers(), where, scratch_);
+    for (std::size_t w = 0; w < num_workers(); ++w) {
       if (scratch_[w / 64] >> (w % 64) & 1) continue;
       for (const mini_task& t : plan_[w]) {
         auto& job = jobs_.at(t.job);
@@ -168,7 +169,7 @@ class m_sgc {
           if (job.d1_count[w] == d1_) ++job.d1_complete;
         } else {
           const std::size_t g = t.piece - d1_;
-          job.d2_done[g * n_workers() + w] = 1;
+          job.d2_done[g * num_workers() + w] = 1;
           ++job.d2_count[g];
         }
       }
@@ -214,24 +215,24 @@ class m_sgc {
   }
 
   bool decodable(const job_state& job) const {
-    if (job.d1_complete < n_workers()) return false;
+    if (job.d1_complete < num_workers()) return false;
     for (std::size_t g = 0; g < groups_; ++g)
-      if (job.d2_count[g] + code_->stragglers() < n_workers()) return false;
+      if (job.d2_count[g] + code_->stragglers() < num_workers()) return false;
     return true;
   }
 
   decoded_job decode(std::uint64_t id, const job_state& job, const char* where) const {
     decoded_job d{id, round_, {}};
     if (!opt_.build_decoders) return d;
-    for (std::size_t w = 0; w < n_workers(); ++w)
+    for (std::size_t w = 0; w < num_workers(); ++w)
       for (std::size_t j = 0; j < d1_; ++j) d.terms.push_back({w, j, 1.0});
     for (std::size_t g = 0; g < groups_; ++g) {
       std::vector<std::size_t> have;
-      for (std::size_t w = 0; w < n_workers(); ++w)
-        if (job.d2_done[g * n_workers() + w]) have.push_back(w);
+      for (std::size_t w = 0; w < num_workers(); ++w)
+        if (job.d2_done[g * num_workers() + w]) have.push_back(w);
       const auto dec = code_->try_decoder(have);
-      expects(dec != nullptr, errc::precondition, where, "the D2 code cannot decode ", have.size(), " of ", n_workers(),
-              " workers although it claims to tolerate s = ", code_->stragglers(), " stragglers");
+      expects(dec != nullptr, errc::precondition, where, "the D2 code cannot decode ", have.size(), " of ",
+              num_workers(), " workers although it claims to tolerate s = ", code_->stragglers(), " stragglers");
       for (std::size_t i = 0; i < dec->survivors.size(); ++i)
         d.terms.push_back({dec->survivors[i], d1_ + g, dec->weights[i]});
     }

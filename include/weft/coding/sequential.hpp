@@ -52,12 +52,14 @@ class sequential_coder {
     constexpr const char* where = "weft::coding::sequential_coder::sequential_coder";
     expects(!family_.empty(), errc::invalid_argument, where, "the family of codes is empty");
     for (std::size_t c = 0; c < family_.size(); ++c)
-      expects(family_[c].n_workers() == family_[0].n_workers(), errc::invalid_argument, where, "code ", c,
-              " has n = ", family_[c].n_workers(), " workers, code 0 has n = ", family_[0].n_workers());
+      expects(detail::num_workers_of(family_[c]) == detail::num_workers_of(family_[0]), errc::invalid_argument, where,
+              "code ", c, " has n = ", detail::num_workers_of(family_[c]),
+              " workers, code 0 has n = ", detail::num_workers_of(family_[0]));
     expects(window_ >= 1, errc::invalid_argument, where, "window must be >= 1 round, got ", window_);
   }
 
-  std::size_t n_workers() const { return family_[0].n_workers(); }
+  std::size_t num_workers() const { return detail::num_workers_of(family_[0]); }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const { return num_workers(); }
   std::size_t deadline() const noexcept { return t_; }
   std::uint64_t round() const noexcept { return round_; }
   const Code& code(std::size_t index) const {
@@ -71,7 +73,7 @@ class sequential_coder {
   const std::vector<std::vector<sequential_task>>& begin_round() {
     expects(!in_round_, errc::precondition, "weft::coding::sequential_coder::begin_round", "round ", round_,
             " was begun and not ended");
-    const std::size_t n = n_workers();
+    const std::size_t n = num_workers();
     plan_.assign(n, {});
     job_state job;
     job.code_index = choose_code();
@@ -94,7 +96,7 @@ class sequential_coder {
   round_outcome end_round(std::span<const std::size_t> finished) {
     constexpr const char* where = "weft::coding::sequential_coder::end_round";
     expects(in_round_, errc::precondition, where, "no round is open; call begin_round first");
-    const std::size_t n = n_workers();
+    const std::size_t n = num_workers();
     for (std::size_t w : finished)
       expects(w < n, errc::invalid_argument, where, "worker ", w, " is out of range for n = ", n);
     std::vector<char> ok(n, 0);
@@ -159,7 +161,7 @@ class sequential_coder {
   // does (at most max_reattempts per worker and round, oldest job first). False when a job whose
   // deadline lies inside the remembered rounds misses it.
   bool replay(std::size_t c) const {
-    const std::size_t n = n_workers(), rounds = history_.size();
+    const std::size_t n = num_workers(), rounds = history_.size();
     std::deque<job_state> pending;  // in start order; code_index holds the start round here
     for (std::size_t r = 0; r < rounds; ++r) {
       pending.push_back({r, std::vector<char>(n, 0)});

@@ -45,7 +45,7 @@ namespace detail {
 
 inline void check_trace(const delay_trace& trace, std::size_t n, std::size_t jobs, std::size_t delay,
                         const runtime_options& o, const char* where) {
-  expects(trace.n_workers() == n, errc::invalid_argument, where, "the trace has ", trace.n_workers(),
+  expects(trace.num_workers() == n, errc::invalid_argument, where, "the trace has ", trace.num_workers(),
           " workers, the scheme n = ", n);
   expects(jobs >= 1 && trace.rounds() >= jobs + delay, errc::invalid_argument, where, "J = ", jobs,
           " jobs with delay T = ", delay, " need J + T = ", jobs + delay, " rounds of trace (and J >= 1), it has ",
@@ -88,7 +88,7 @@ template <sequential_scheme Scheme>
 runtime_report simulate_runtime(Scheme& scheme, const delay_trace& trace, std::size_t jobs,
                                 const runtime_options& o = {}) {
   const std::size_t t = scheme.delay();
-  detail::check_trace(trace, scheme.n_workers(), jobs, t, o, "weft::coding::simulate_runtime");
+  detail::check_trace(trace, detail::num_workers_of(scheme), jobs, t, o, "weft::coding::simulate_runtime");
   runtime_report rep;
   detail::round_timing rt;
   const double load = scheme.normalized_load();
@@ -153,7 +153,7 @@ struct sorted_trace {
   std::vector<std::size_t> order;  // [r * n + i]: the i-th slowest worker of round r
   std::vector<double> delay;       // its delay
   std::vector<double> fastest;     // per round
-  explicit sorted_trace(const delay_trace& t, std::size_t rounds) : n(t.n_workers()) {
+  explicit sorted_trace(const delay_trace& t, std::size_t rounds) : n(t.num_workers()) {
     order.resize(rounds * n);
     delay.resize(rounds * n);
     fastest.resize(rounds);
@@ -336,7 +336,7 @@ inline runtime_report fast_sr_sgc(const sorted_trace& st, std::size_t jobs, doub
 inline std::vector<sgc_candidate> search_parameters(const delay_trace& trace, std::size_t jobs,
                                                     const runtime_options& o = {}, const sgc_search_options& so = {}) {
   constexpr const char* where = "weft::coding::search_parameters";
-  const std::size_t n = trace.n_workers();
+  const std::size_t n = trace.num_workers();
   detail::check_trace(trace, n, jobs, so.max_delay, o, where);
   const detail::sorted_trace st(trace, jobs + so.max_delay);
   const double l0 = trace.reference_load();

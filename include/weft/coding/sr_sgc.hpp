@@ -48,13 +48,13 @@ class sr_sgc {
       : m_(model), s_(sr_sgc_stragglers(model)), code_(std::move(code)), opt_(options), history_(model) {
     constexpr const char* where = "weft::coding::sr_sgc";
     detail::check_delay(opt_, delay(), where, "B");
-    expects(code_.n_workers() == m_.n_workers, errc::invalid_argument, where, "the code has n = ", code_.n_workers(),
-            " workers, the model n = ", m_.n_workers);
+    expects(detail::num_workers_of(code_) == m_.n_workers, errc::invalid_argument, where,
+            "the code has n = ", detail::num_workers_of(code_), " workers, the model n = ", m_.n_workers);
     expects(code_.stragglers() >= s_, errc::invalid_argument, where, "the code tolerates s = ", code_.stragglers(),
             " stragglers; SR-SGC with B = ", m_.burst, ", W = ", m_.window, ", lambda = ", m_.lambda,
             " needs s >= ceil(B lambda / (W - 1 + B)) = ", s_);
     s_ = code_.stragglers();
-    for (std::size_t w = 0; w < n_workers(); ++w) {
+    for (std::size_t w = 0; w < num_workers(); ++w) {
       const auto held = code_.assignment(w);
       pieces_.emplace_back(held.begin(), held.end());
       coefficients_.emplace_back();
@@ -63,7 +63,8 @@ class sr_sgc {
   }
 
   const bursty_straggler_model& model() const noexcept { return m_; }
-  std::size_t n_workers() const noexcept { return m_.n_workers; }
+  std::size_t num_workers() const noexcept { return m_.n_workers; }
+  [[deprecated("use num_workers()")]] std::size_t n_workers() const noexcept { return num_workers(); }
   /// T = B.
   std::size_t delay() const noexcept { return m_.burst; }
   const Code& code() const noexcept { return code_; }
@@ -94,7 +95,7 @@ class sr_sgc {
   /// with no reattempts and at most s stragglers is exempt (its job decodes at once and owes
   /// nothing), as in the authors' experiments. Call between begin_round and end_round.
   bool tolerates(std::span<const std::size_t> stragglers) const {
-    detail::check_worker_set(stragglers, n_workers(), "weft::coding::sr_sgc::tolerates", scratch_);
+    detail::check_worker_set(stragglers, num_workers(), "weft::coding::sr_sgc::tolerates", scratch_);
     if (exempt(stragglers)) return true;
     return history_.admits(stragglers);
   }
@@ -105,7 +106,7 @@ class sr_sgc {
   const std::vector<std::vector<mini_task>>& begin_round(bool start_job = true) {
     expects(!open_, errc::precondition, "weft::coding::sr_sgc::begin_round", "round ", round_,
             " was begun and not ended");
-    const std::size_t n = n_workers();
+    const std::size_t n = num_workers();
     plan_.assign(n, {});
     reattempts_ = 0;
     std::vector<char> busy(n, 0);
@@ -138,9 +139,9 @@ class sr_sgc {
   sequential_round_report end_round(std::span<const std::size_t> stragglers) {
     constexpr const char* where = "weft::coding::sr_sgc::end_round";
     expects(open_, errc::precondition, where, "no round is open; call begin_round first");
-    detail::check_worker_set(stragglers, n_workers(), where, scratch_);
+    detail::check_worker_set(stragglers, num_workers(), where, scratch_);
     const bool is_exempt = exempt(stragglers);
-    for (std::size_t w = 0; w < n_workers(); ++w) {
+    for (std::size_t w = 0; w < num_workers(); ++w) {
       if (scratch_[w / 64] >> (w % 64) & 1) continue;
       for (const mini_task& t : plan_[w]) {
         auto& job = jobs_.at(t.job);
@@ -153,7 +154,7 @@ class sr_sgc {
     sequential_round_report out;
     out.round = round_;
     for (auto it = jobs_.begin(); it != jobs_.end();) {
-      if (it->second.count + s_ >= n_workers()) {
+      if (it->second.count + s_ >= num_workers()) {
         out.decoded.push_back(decode(it->first, it->second, where));
         it = jobs_.erase(it);
       } else if (it->first + m_.burst <= round_) {
@@ -183,10 +184,10 @@ class sr_sgc {
     decoded_job d{id, round_, {}};
     if (!opt_.build_decoders) return d;
     std::vector<std::size_t> have;
-    for (std::size_t w = 0; w < n_workers(); ++w)
+    for (std::size_t w = 0; w < num_workers(); ++w)
       if (job.delivered[w]) have.push_back(w);
     const auto dec = code_.try_decoder(have);
-    expects(dec != nullptr, errc::precondition, where, "the code cannot decode ", have.size(), " of ", n_workers(),
+    expects(dec != nullptr, errc::precondition, where, "the code cannot decode ", have.size(), " of ", num_workers(),
             " workers although it claims to tolerate s = ", s_, " stragglers");
     for (std::size_t i = 0; i < dec->survivors.size(); ++i) d.terms.push_back({dec->survivors[i], 0, dec->weights[i]});
     return d;

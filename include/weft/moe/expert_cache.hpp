@@ -311,7 +311,9 @@ class expert_cache {
   }
   const model_shape& shape() const noexcept { return config_.shape; }
   const cache_config& config() const noexcept { return config_; }
-  std::uint32_t pool_count() const noexcept { return static_cast<std::uint32_t>(pools_.size()); }
+  /// Number of capacity pools (one per layer under capacity_scope::per_layer, else one). O(1).
+  std::uint32_t num_pools() const noexcept { return static_cast<std::uint32_t>(pools_.size()); }
+  [[deprecated("use num_pools()")]] std::uint32_t pool_count() const noexcept { return num_pools(); }
   std::uint32_t pool_of(expert_key k) const noexcept {
     return config_.scope == capacity_scope::per_layer ? k.layer : 0;
   }

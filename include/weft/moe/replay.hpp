@@ -188,7 +188,7 @@ replay_report replay(const routing_trace& trace, expert_cache<P>& cache, F&& pre
           options.bandwidth_bytes_per_s, "; it must be > 0");
   expects(options.compute_s_per_layer >= 0, errc::invalid_argument, where, "compute time is ",
           options.compute_s_per_layer, "; it must be >= 0");
-  for (std::uint32_t p = 0; p < cache.pool_count(); ++p)
+  for (std::uint32_t p = 0; p < cache.num_pools(); ++p)
     expects(cache.slot_capacity(p) >= s.top_k, errc::invalid_argument, where, "pool ", p, " holds ",
             cache.slot_capacity(p), " experts; a layer needs top_k = ", s.top_k, " at once");
   prefetch.bind(s);

@@ -79,17 +79,27 @@ struct w4_smem {
   std::uint16_t b[Tile::block_n][Tile::block_k + 8];
 };
 
-/// Thread `tid` of `threads` loads its share of the A tile and dequantizes its share of the B tile
-/// for the k-slice starting at k0. Out-of-range rows and columns become 0.
-template <class Tile, class Act, class Scale>
-WEFT_HOST_DEVICE void w4_load_tiles(const w4a16_params<Act, Scale>& p, std::int64_t m0, std::int64_t n0,
-                                    std::int64_t k0, w4_smem<Tile>& s, int tid, int threads) noexcept {
+/// Thread `tid` of `threads` loads its share of the A tile (activations p.x, p.m x p.k, row-major)
+/// for the k-slice starting at k0, as 16-bit patterns. Out-of-range entries become 0. Shared by every
+/// kernel whose A operand is 16-bit activations (W4A16, 2:4 sparse).
+template <class Tile, class Params>
+WEFT_HOST_DEVICE void w4_load_a_tile(const Params& p, std::int64_t m0, std::int64_t k0, w4_smem<Tile>& s, int tid,
+                                     int threads) noexcept {
   constexpr int bk = Tile::block_k;
   for (int i = tid; i < Tile::block_m * bk; i += threads) {
     const int r = i / bk, c = i % bk;
     const std::int64_t gm = m0 + r, gk = k0 + c;
     s.a[r][c] = (gm < p.m && gk < p.k) ? detail::bits16(p.x[gm * p.k + gk]) : std::uint16_t{0};
   }
+}
+
+/// Thread `tid` of `threads` loads its share of the A tile and dequantizes its share of the B tile
+/// for the k-slice starting at k0. Out-of-range rows and columns become 0.
+template <class Tile, class Act, class Scale>
+WEFT_HOST_DEVICE void w4_load_tiles(const w4a16_params<Act, Scale>& p, std::int64_t m0, std::int64_t n0,
+                                    std::int64_t k0, w4_smem<Tile>& s, int tid, int threads) noexcept {
+  w4_load_a_tile(p, m0, k0, s, tid, threads);
+  constexpr int bk = Tile::block_k;
   for (int i = tid; i < Tile::block_n * bk; i += threads) {
     const int r = i / bk, c = i % bk;
     const std::int64_t gn = n0 + r, gk = k0 + c;

@@ -57,125 +57,168 @@ struct w8a8_sink {
   }
 };
 
-/// Drives the kernels over the output of C = A W^T (A: m x K int8, row-major) into `sink`.
+/// The shape of a W8A8 product that every path reads: K, its padding, N, and the packed panels.
+struct w8a8_layout {
+  std::int64_t k, kp, n, k_steps, panels, panel_stride;
+  const std::int8_t* weights;
+  template <class Scale>
+  explicit w8a8_layout(const quantized_matrix<Scale>& w)
+      : k(w.cols()),
+        kp(w.k_padded()),
+        n(w.rows()),
+        k_steps(kp / 4),
+        panels(ceil_div(n, int8_panel_rows)),
+        panel_stride(kp * int8_panel_rows),
+        weights(reinterpret_cast<const std::int8_t*>(w.packed().data())) {}
+};
+
+/// Runs task(0..count-1), on oneTBB when parallel and there is more than one.
+template <class Task>
+void w8a8_run(bool parallel, std::int64_t count, Task&& task) {
+  if (parallel && count > 1)
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, count), [&](const tbb::blocked_range<std::int64_t>& r) {
+      for (std::int64_t i = r.begin(); i < r.end(); ++i) task(i);
+    });
+  else
+    for (std::int64_t i = 0; i < count; ++i) task(i);
+}
+
+/// A (m x k, row-major) copied into `rows` zero-filled rows of stride kp (rows >= m).
+inline std::vector<std::int8_t> w8a8_pad_rows(const std::int8_t* a, std::int64_t m, std::int64_t k, std::int64_t rows,
+                                              std::int64_t kp) {
+  std::vector<std::int8_t> padded(static_cast<std::size_t>(rows * kp), 0);
+  for (std::int64_t r = 0; r < m; ++r) std::memcpy(padded.data() + r * kp, a + r * k, static_cast<std::size_t>(k));
+  return padded;
+}
+
+#if WEFT_QUANT_X86
+/// AMX: A padded to k_padded columns and whole 32-row tiles. Blocks of 16 panels (256 outputs, 1 MiB
+/// of weights at K = 4096) stay in L2 while 32-row slices of A stream past; within a block, pairs of
+/// panels make 32 x 32 C tiles.
+inline void w8a8_drive_amx(const w8a8_layout& l, const std::int8_t* a, std::int64_t m, bool parallel,
+                           const w8a8_sink& sink) {
+  const std::int64_t mp = round_up(m, 32);
+  const std::vector<std::int8_t> padded = w8a8_pad_rows(a, m, l.k, mp, l.kp);
+  constexpr std::int64_t block_panels = 16;
+  w8a8_run(parallel, ceil_div(l.panels, block_panels), [&](std::int64_t b) {
+    alignas(64) std::int32_t c[32 * 32];
+    const std::int64_t first = b * block_panels, last = std::min(l.panels, first + block_panels);
+    amx_begin();
+    for (std::int64_t m0 = 0; m0 < mp; m0 += 32)
+      for (std::int64_t p = first; p < last; p += 2) {
+        const std::int8_t* p0 = l.weights + p * l.panel_stride;
+        const std::int8_t* p1 = p + 1 < l.panels ? p0 + l.panel_stride : p0;  // odd panel count: repeat
+        const std::int64_t n0 = p * 16, cols = std::min<std::int64_t>(32, l.n - n0);
+        w8_tile_amx(padded.data() + m0 * l.kp, l.kp, p0, p1, l.kp, c);
+        sink.store(m0, n0, std::min<std::int64_t>(32, m - m0), cols, c, 32);
+      }
+    amx_end();
+  });
+}
+
+/// A flipped to unsigned (a + 128) into rows of stride lda (mp of them, pre-filled with 0x80).
+inline std::vector<std::uint8_t> w8a8_flip_unsigned(const std::int8_t* a, std::int64_t m, std::int64_t k,
+                                                    std::int64_t mp, std::int64_t lda, bool parallel) {
+  std::vector<std::uint8_t> au(static_cast<std::size_t>(mp * lda), 0x80);
+  w8a8_run(parallel, ceil_div(m, 64), [&](std::int64_t block) {
+    for (std::int64_t r = block * 64; r < std::min(m, block * 64 + 64); ++r) {
+      std::uint8_t* dst = au.data() + r * lda;
+      const std::int8_t* src = a + r * k;
+      std::int64_t i = 0;
+      for (; i + 8 <= k; i += 8) {  // eight bytes at a time: XOR with 0x80 in each byte
+        std::uint64_t word;
+        std::memcpy(&word, src + i, 8);
+        word ^= 0x8080808080808080ull;
+        std::memcpy(dst + i, &word, 8);
+      }
+      for (; i < k; ++i) dst[i] = static_cast<std::uint8_t>(src[i]) ^ 0x80u;
+    }
+  });
+  return au;
+}
+
+/// AVX-512 VNNI: A flipped to unsigned and padded to whole 8-row tiles; the row stride is one cache
+/// line longer than K so the 8 rows a tile broadcasts from do not share L1 sets. Each weight row's
+/// accumulators start at -128 x its code sum, which undoes the flip.
+template <class Scale>
+void w8a8_drive_vnni(const quantized_matrix<Scale>& w, const w8a8_layout& l, const std::int8_t* a, std::int64_t m,
+                     bool parallel, const w8a8_sink& sink) {
+  constexpr std::int64_t mr = 8, nv = 3;
+  const std::int64_t mp = round_up(m, mr), lda = l.kp + 64, n = l.n;
+  const std::vector<std::uint8_t> au = w8a8_flip_unsigned(a, m, l.k, mp, lda, parallel);
+  std::vector<std::int32_t> correction(static_cast<std::size_t>(l.panels * 16), 0);
+  for (std::int64_t j = 0; j < n; ++j)
+    correction[static_cast<std::size_t>(j)] = -128 * w.row_sums()[static_cast<std::size_t>(j)];
+  w8a8_run(parallel, ceil_div(l.panels, nv), [&](std::int64_t b) {
+    const std::int64_t p0 = b * nv, np = std::min<std::int64_t>(nv, l.panels - p0);
+    const std::int8_t* pw = l.weights + p0 * l.panel_stride;
+    const std::int64_t n0 = p0 * 16, cols = std::min<std::int64_t>(np * 16, n - n0);
+    const std::int32_t* corr = correction.data() + n0;
+    for (std::int64_t m0 = 0; m0 < mp; m0 += mr) {
+      const std::uint8_t* at = au.data() + m0 * lda;
+      const std::int64_t rows = std::min<std::int64_t>(mr, m - m0);
+      const auto tile = [&](auto np_const) {
+        constexpr int v = decltype(np_const)::value;
+        if (sink.c != nullptr)
+          w8_tile_vnni<mr, v, false>(at, lda, pw, l.panel_stride, l.k_steps, corr, sink.c + m0 * n + n0, n, rows, cols,
+                                     nullptr, nullptr);
+        else
+          w8_tile_vnni<mr, v, true>(at, lda, pw, l.panel_stride, l.k_steps, corr, sink.y + m0 * n + n0, n, rows, cols,
+                                    sink.a_scales + m0, sink.w_scales + n0);
+      };
+      if (np == 3)
+        tile(std::integral_constant<int, 3>{});
+      else if (np == 2)
+        tile(std::integral_constant<int, 2>{});
+      else
+        tile(std::integral_constant<int, 1>{});
+    }
+  });
+}
+#endif
+
+/// The portable and AVX2 paths: one row of A against one 16-row panel at a time (A padded to
+/// k_padded columns only when K is not already a multiple).
+inline void w8a8_drive_panels(isa path, const w8a8_layout& l, const std::int8_t* a, std::int64_t m, bool parallel,
+                              const w8a8_sink& sink) {
+  std::vector<std::int8_t> padded;
+  const std::int8_t* ap = a;
+  if (l.kp != l.k) {
+    padded = w8a8_pad_rows(a, m, l.k, m, l.kp);
+    ap = padded.data();
+  }
+  w8a8_run(parallel, l.panels, [&](std::int64_t p) {
+    std::int32_t c[16];
+    const std::int64_t n0 = p * 16, cols = std::min<std::int64_t>(16, l.n - n0);
+    for (std::int64_t r = 0; r < m; ++r) {
+#if WEFT_QUANT_X86
+      if (path == isa::avx2)
+        w8_panel_avx2(ap + r * l.kp, l.weights + p * l.panel_stride, l.k_steps, c);
+      else
+#endif
+        w8_panel_portable(ap + r * l.kp, l.weights + p * l.panel_stride, l.k_steps, c);
+      sink.store(r, n0, 1, cols, c, 16);
+    }
+  });
+}
+
+/// Drives the kernels of `path` over the output of C = A W^T (A: m x K int8, row-major) into `sink`.
 template <class Scale>
 void w8a8_drive(isa path, const quantized_matrix<Scale>& w, const std::int8_t* a, std::int64_t m, bool parallel,
                 const w8a8_sink& sink) {
-  const std::int64_t k = w.cols(), kp = w.k_padded(), n = w.rows(), k_steps = kp / 4;
-  const std::int64_t panels = ceil_div(n, int8_panel_rows), panel_stride = kp * int8_panel_rows;
-  const auto* weights = reinterpret_cast<const std::int8_t*>(w.packed().data());
-  const auto run = [&](std::int64_t count, auto&& task) {
-    if (parallel && count > 1)
-      tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, count), [&](const tbb::blocked_range<std::int64_t>& r) {
-        for (std::int64_t i = r.begin(); i < r.end(); ++i) task(i);
-      });
-    else
-      for (std::int64_t i = 0; i < count; ++i) task(i);
-  };
+  const w8a8_layout layout(w);
   switch (path) {
 #if WEFT_QUANT_X86
-    case isa::amx_int8: {
-      // A padded to k_padded columns and whole 32-row tiles.
-      const std::int64_t mp = round_up(m, 32);
-      std::vector<std::int8_t> padded(static_cast<std::size_t>(mp * kp), 0);
-      for (std::int64_t r = 0; r < m; ++r) std::memcpy(padded.data() + r * kp, a + r * k, static_cast<std::size_t>(k));
-      // Blocks of 16 panels (256 outputs, 1 MiB of weights at K = 4096) stay in L2 while 32-row
-      // slices of A stream past; within a block, pairs of panels make 32 x 32 C tiles.
-      constexpr std::int64_t block_panels = 16;
-      const std::int64_t nb = ceil_div(panels, block_panels);
-      run(nb, [&](std::int64_t b) {
-        alignas(64) std::int32_t c[32 * 32];
-        const std::int64_t first = b * block_panels, last = std::min(panels, first + block_panels);
-        amx_begin();
-        for (std::int64_t m0 = 0; m0 < mp; m0 += 32)
-          for (std::int64_t p = first; p < last; p += 2) {
-            const std::int8_t* p0 = weights + p * panel_stride;
-            const std::int8_t* p1 = p + 1 < panels ? p0 + panel_stride : p0;  // odd panel count: repeat
-            const std::int64_t n0 = p * 16, cols = std::min<std::int64_t>(32, n - n0);
-            w8_tile_amx(padded.data() + m0 * kp, kp, p0, p1, kp, c);
-            sink.store(m0, n0, std::min<std::int64_t>(32, m - m0), cols, c, 32);
-          }
-        amx_end();
-      });
+    case isa::amx_int8:
+      w8a8_drive_amx(layout, a, m, parallel, sink);
       return;
-    }
-    case isa::avx512_vnni: {
-      // A flipped to unsigned (a + 128) and padded to whole 8-row tiles; the row stride is one
-      // cache line longer than K so the 8 rows a tile broadcasts from do not share L1 sets.
-      constexpr std::int64_t mr = 8, nv = 3;
-      const std::int64_t mp = round_up(m, mr), lda = kp + 64;
-      std::vector<std::uint8_t> au(static_cast<std::size_t>(mp * lda), 0x80);
-      run(ceil_div(m, 64), [&](std::int64_t block) {
-        for (std::int64_t r = block * 64; r < std::min(m, block * 64 + 64); ++r) {
-          std::uint8_t* dst = au.data() + r * lda;
-          const std::int8_t* src = a + r * k;
-          std::int64_t i = 0;
-          for (; i + 8 <= k; i += 8) {  // eight bytes at a time: XOR with 0x80 in each byte
-            std::uint64_t word;
-            std::memcpy(&word, src + i, 8);
-            word ^= 0x8080808080808080ull;
-            std::memcpy(dst + i, &word, 8);
-          }
-          for (; i < k; ++i) dst[i] = static_cast<std::uint8_t>(src[i]) ^ 0x80u;
-        }
-      });
-      // -128 x each weight row's code sum, the starting value of its accumulators.
-      std::vector<std::int32_t> correction(static_cast<std::size_t>(panels * 16), 0);
-      for (std::int64_t j = 0; j < n; ++j)
-        correction[static_cast<std::size_t>(j)] = -128 * w.row_sums()[static_cast<std::size_t>(j)];
-      const std::int64_t nb = ceil_div(panels, nv);
-      run(nb, [&](std::int64_t b) {
-        const std::int64_t p0 = b * nv, np = std::min<std::int64_t>(nv, panels - p0);
-        const std::int8_t* pw = weights + p0 * panel_stride;
-        const std::int64_t n0 = p0 * 16, cols = std::min<std::int64_t>(np * 16, n - n0);
-        const std::int32_t* corr = correction.data() + n0;
-        for (std::int64_t m0 = 0; m0 < mp; m0 += mr) {
-          const std::uint8_t* at = au.data() + m0 * lda;
-          const std::int64_t rows = std::min<std::int64_t>(mr, m - m0);
-          const auto tile = [&](auto np_const) {
-            constexpr int v = decltype(np_const)::value;
-            if (sink.c != nullptr)
-              w8_tile_vnni<mr, v, false>(at, lda, pw, panel_stride, k_steps, corr, sink.c + m0 * n + n0, n, rows, cols,
-                                         nullptr, nullptr);
-            else
-              w8_tile_vnni<mr, v, true>(at, lda, pw, panel_stride, k_steps, corr, sink.y + m0 * n + n0, n, rows, cols,
-                                        sink.a_scales + m0, sink.w_scales + n0);
-          };
-          if (np == 3)
-            tile(std::integral_constant<int, 3>{});
-          else if (np == 2)
-            tile(std::integral_constant<int, 2>{});
-          else
-            tile(std::integral_constant<int, 1>{});
-        }
-      });
+    case isa::avx512_vnni:
+      w8a8_drive_vnni(w, layout, a, m, parallel, sink);
       return;
-    }
 #endif
-    default: {
-      std::vector<std::int8_t> padded;
-      const std::int8_t* ap = a;
-      if (kp != k) {
-        padded.assign(static_cast<std::size_t>(m * kp), 0);
-        for (std::int64_t r = 0; r < m; ++r)
-          std::memcpy(padded.data() + r * kp, a + r * k, static_cast<std::size_t>(k));
-        ap = padded.data();
-      }
-      run(panels, [&](std::int64_t p) {
-        std::int32_t c[16];
-        const std::int64_t n0 = p * 16, cols = std::min<std::int64_t>(16, n - n0);
-        for (std::int64_t r = 0; r < m; ++r) {
-#if WEFT_QUANT_X86
-          if (path == isa::avx2)
-            w8_panel_avx2(ap + r * kp, weights + p * panel_stride, k_steps, c);
-          else
-#endif
-            w8_panel_portable(ap + r * kp, weights + p * panel_stride, k_steps, c);
-          sink.store(r, n0, 1, cols, c, 16);
-        }
-      });
+    default:
+      w8a8_drive_panels(path, layout, a, m, parallel, sink);
       return;
-    }
   }
 }
 

@@ -46,12 +46,8 @@ WEFT_HOST_DEVICE float sparse24_weight(const sparse24_params<Act, Scale>& p, std
 template <class Tile, class Act, class Scale>
 WEFT_HOST_DEVICE void sparse24_load_tiles(const sparse24_params<Act, Scale>& p, std::int64_t m0, std::int64_t n0,
                                           std::int64_t k0, w4_smem<Tile>& s, int tid, int threads) noexcept {
+  w4_load_a_tile(p, m0, k0, s, tid, threads);
   constexpr int bk = Tile::block_k;
-  for (int i = tid; i < Tile::block_m * bk; i += threads) {
-    const int r = i / bk, c = i % bk;
-    const std::int64_t gm = m0 + r, gk = k0 + c;
-    s.a[r][c] = (gm < p.m && gk < p.k) ? detail::bits16(p.x[gm * p.k + gk]) : std::uint16_t{0};
-  }
   for (int i = tid; i < Tile::block_n * bk; i += threads) {
     const int r = i / bk, c = i % bk;
     const std::int64_t gn = n0 + r, gk = k0 + c;

@@ -3,6 +3,7 @@
 // e.g. Silberschatz et al., Operating System Concepts, §5.3.3). aging_per_s = 0 is strict priority.
 #pragma once
 
+#include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/request.hpp>
 
 #include <cmath>
@@ -46,8 +47,7 @@ class aging_priority_queue {
   }
   void on_admit(const request&) {}
   void on_tokens(const request& r, std::int64_t n) {
-    expects(n >= 0, errc::invalid_argument, "weft::sched::aging_priority_queue::on_tokens", "request ", r.id,
-            ": token count must be >= 0, got ", n);
+    detail::check_token_count(r, n, "weft::sched::aging_priority_queue::on_tokens");
   }
   void on_finish(const request&, std::int64_t) {}
   std::size_t size() const noexcept { return q_.size(); }

@@ -30,8 +30,9 @@ class any_fair_queue {
   void on_finish(const request& r, std::int64_t n) { self_->on_finish(r, n); }
   std::size_t size() const { return self_->size(); }
   bool empty() const { return self_->size() == 0; }
-  /// Forwards to the wrapped queue's bind_prefix_probe when it has one (prefix_aware_queue).
-  void bind_prefix_probe(std::function<std::int64_t(const request&)> p) { self_->bind(std::move(p)); }
+  /// Forwards to the wrapped queue's bind_prefix_probe when it has one (binds_prefix_probe).
+  static constexpr bool provides_prefix_probe = true;
+  void bind_prefix_probe(prefix_probe p) { self_->bind(std::move(p)); }
 
  private:
   struct concept_t {
@@ -43,7 +44,7 @@ class any_fair_queue {
     virtual void on_tokens(const request&, std::int64_t) = 0;
     virtual void on_finish(const request&, std::int64_t) = 0;
     virtual std::size_t size() const = 0;
-    virtual void bind(std::function<std::int64_t(const request&)>) = 0;
+    virtual void bind(prefix_probe) = 0;
   };
   template <class Q>
   struct model final : concept_t {
@@ -55,8 +56,8 @@ class any_fair_queue {
     void on_tokens(const request& r, std::int64_t n) override { q.on_tokens(r, n); }
     void on_finish(const request& r, std::int64_t n) override { q.on_finish(r, n); }
     std::size_t size() const override { return q.size(); }
-    void bind(std::function<std::int64_t(const request&)> p) override {
-      if constexpr (requires { q.bind_prefix_probe(std::move(p)); }) q.bind_prefix_probe(std::move(p));
+    void bind(prefix_probe p) override {
+      if constexpr (binds_prefix_probe<Q>) q.bind_prefix_probe(std::move(p));
     }
     Q q;
   };

@@ -10,8 +10,10 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
+#include <utility>
 
 namespace weft::sched {
 
@@ -30,6 +32,44 @@ concept fair_queue = requires(Q& q, const Q& cq, const request& r, double now, s
   { cq.size() } -> std::convertible_to<std::size_t>;
   { cq.empty() } -> std::convertible_to<bool>;
 };
+
+/// The callable a batch scheduler binds into a prefix-aware queue: how many prompt tokens of a
+/// request its KV manager already holds.
+using prefix_probe = std::function<std::int64_t(const request&)>;
+
+namespace detail {
+template <class Q>
+concept has_bind_prefix_probe = requires(Q& q, prefix_probe p) {
+  q.bind_prefix_probe(std::move(p));
+};
+
+// The opt-in of an optional hook (as unordered_dense's is_avalanching): a type that says it provides
+// the hook gets a compile error naming the fix when the hook's signature does not match, instead of
+// the hook being silently ignored. Types without the opt-in are detected by signature alone.
+template <class Q>
+struct prefix_probe_hook_check {
+  static constexpr bool declared = [] {
+    if constexpr (requires { Q::provides_prefix_probe; })
+      return static_cast<bool>(Q::provides_prefix_probe);
+    else
+      return false;
+  }();
+  static_assert(!declared || has_bind_prefix_probe<Q>,
+                "weft::sched: this queue declares provides_prefix_probe = true but has no member "
+                "bind_prefix_probe callable with a weft::sched::prefix_probe; check the name's spelling "
+                "and declare it as `void bind_prefix_probe(weft::sched::prefix_probe p)`, or remove "
+                "provides_prefix_probe");
+  static constexpr bool value = true;
+};
+}  // namespace detail
+
+/// Optional hook of a fair_queue: Q::bind_prefix_probe(prefix_probe) receives, once at construction
+/// of the batch scheduler, a probe of its KV manager's cached prefix (prefix_aware_queue uses it).
+/// A queue that provides the hook should say so with `static constexpr bool provides_prefix_probe =
+/// true;`: then a misspelled or mistyped hook is a compile error with the fix in its message, not a
+/// hook silently never called. Every scheduler detects the hook through this concept.
+template <class Q>
+concept binds_prefix_probe = detail::prefix_probe_hook_check<Q>::value && detail::has_bind_prefix_probe<Q>;
 
 /// K holds every running request's KV blocks, keyed by request id, in weft::kv's vocabulary;
 /// weft::kv::kv_manager models it directly. The scheduler:

@@ -3,6 +3,7 @@
 // "Efficient Fair Queuing Using Deficit Round Robin", SIGCOMM 1995, §3, with tokens instead of bytes.
 #pragma once
 
+#include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/request.hpp>
 
 #include <algorithm>
@@ -75,13 +76,11 @@ class drr_queue {
 
   void on_admit(const request& r) { known(r.client, "weft::sched::drr_queue::on_admit"); }
   void on_tokens(const request& r, std::int64_t n) {
-    expects(n >= 0, errc::invalid_argument, "weft::sched::drr_queue::on_tokens", "request ", r.id,
-            ": token count must be >= 0, got ", n);
+    detail::check_token_count(r, n, "weft::sched::drr_queue::on_tokens");
     known(r.client, "weft::sched::drr_queue::on_tokens");
   }
   void on_finish(const request& r, std::int64_t generated) {
-    expects(generated >= 0, errc::invalid_argument, "weft::sched::drr_queue::on_finish", "request ", r.id,
-            ": generated must be >= 0, got ", generated);
+    detail::check_generated_count(r, generated, "weft::sched::drr_queue::on_finish");
     auto& st = known(r.client, "weft::sched::drr_queue::on_finish");
     const double actual = opt_.weights.charge(r, generated);
     st.deficit -= actual - cost(r);

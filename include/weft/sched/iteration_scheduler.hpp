@@ -15,6 +15,7 @@
 #include <weft/sched/continuous_batching.hpp>  // named settings, once defined here
 #include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/detail/submission.hpp>
+#include <weft/sched/detail/undo_log.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/scheduler_options.hpp>
@@ -75,7 +76,7 @@ class iteration_scheduler {
     expects(!o.chunked_prefill || std::cmp_greater_equal(o.token_budget, o.max_running), errc::invalid_argument, where,
             "chunked prefill needs token_budget >= max_running so no running decode is starved; got budget ",
             o.token_budget, " and max_running ", o.max_running);
-    if constexpr (requires { queue_.bind_prefix_probe([](const request&) { return std::int64_t{0}; }); })
+    if constexpr (binds_prefix_probe<Queue>)
       queue_.bind_prefix_probe([this](const request& r) { return cached_prefix_tokens(r); });
   }
   // The prefix probe captures this; moving would leave it dangling.
@@ -108,7 +109,7 @@ class iteration_scheduler {
     std::swap(batch_, previous_);
     batch_.clear();
     entry_slot_.clear();
-    undo_count_ = 0;
+    undo_.clear();
     may_report_ = 0;
     deferred_finish_.clear();
     const scheduler_stats stats_before = stats_;
@@ -357,7 +358,7 @@ class iteration_scheduler {
     s.arrival_s = s.req.arrival_s;
   }
 
-  // One entry of schedule()'s undo log (applied newest first on failure).
+  // One entry of schedule()'s undo log (detail::undo_log: applied newest first on failure).
   enum class undo_kind : std::uint8_t {
     slot_saved,         // running_[index] changed; saved holds it before
     sync_saved,         // running_[index]'s sync state changed; synced, room, pending_in_kv, fresh_count hold it
@@ -473,7 +474,7 @@ class iteration_scheduler {
       r = kv_.grow(s.req.id, static_cast<std::size_t>(tokens));
     }
     if (!r.fits) {
-      --undo_count_;  // nothing changed
+      undo_.pop();  // nothing changed
       return false;
     }
     s.synced = std::max(s.synced, tokens);
@@ -563,29 +564,17 @@ class iteration_scheduler {
     return true;
   }
 
-  // The undo log reuses its entries (and their buffers) from call to call: undo_count_ are in use.
-  void reserve_undo(std::size_t n) {
-    while (undo_.size() < undo_count_ + n) undo_.emplace_back();
-  }
-  // Appends an entry; reserve_undo() made room, so it cannot throw.
-  undo_entry& push_undo(undo_kind kind, std::size_t index) noexcept {
-    undo_entry& e = undo_[undo_count_++];
-    e.kind = kind;
-    e.index = index;
-    return e;
-  }
   void save_slot(std::size_t j) {
-    reserve_undo(1);
-    undo_entry& e = undo_[undo_count_];
-    e.saved = running_[j];  // the only throw, before the entry counts
-    push_undo(undo_kind::slot_saved, j);
+    undo_.reserve(1);
+    undo_.next().saved = running_[j];  // the only throw, before the entry counts
+    undo_.push(undo_kind::slot_saved, j);
   }
   // What ensure() changes in a slot (its sync state): saved without copying the request; the fresh ids
   // go into the entry's reused buffer.
   void save_sync_state(std::size_t j) {
-    reserve_undo(1);
+    undo_.reserve(1);
     const slot& s = running_[j];
-    undo_entry& e = push_undo(undo_kind::sync_saved, j);
+    undo_entry& e = undo_.push(undo_kind::sync_saved, j);
     e.fresh_count = s.fresh_count;  // the ids stay in the slot's buffer: a sync only resets the count
     e.synced = s.synced;
     e.room = s.room;
@@ -659,10 +648,10 @@ class iteration_scheduler {
     slot copy = s;  // every allocation first: once the undo entry is logged, the insert must happen
     copy.alive = true;
     detail::reserve_more(list, 1);
-    reserve_undo(1);
+    undo_.reserve(1);
     auto pos = std::upper_bound(list.begin(), list.end(), copy,
                                 [](const slot& a, const slot& b) { return rank(a) > rank(b); });
-    push_undo(kind, static_cast<std::size_t>(pos - list.begin()));
+    undo_.push(kind, static_cast<std::size_t>(pos - list.begin()));
     list.insert(pos, std::move(copy));
   }
 
@@ -678,10 +667,10 @@ class iteration_scheduler {
       auto plan = kv_.swap_in(s.req.id);
       if (!plan) break;
       detail::reserve_more(running_, 1);
-      reserve_undo(2);
-      undo_[undo_count_].saved = s;  // the only throw, before the entry counts
-      push_undo(undo_kind::swapped_erased, swapped_.size() - 1);
-      push_undo(undo_kind::running_pushed, 0);
+      undo_.reserve(2);
+      undo_.next().saved = s;  // the only throw, before the entry counts
+      undo_.push(undo_kind::swapped_erased, swapped_.size() - 1);
+      undo_.push(undo_kind::running_pushed, 0);
       batch_.swapped_in.push_back(transfer(s.req.id, *plan));
       batch_.copies.push_back({kv_copy::kind::swap_in, s.req.id, std::move(*plan), {}});
       ++stats_.swapped_in;
@@ -751,23 +740,23 @@ class iteration_scheduler {
       // Take it from its source, and into the running batch (undo-logged; room reserved first, so
       // nothing below throws until the queue's own hooks).
       detail::reserve_more(running_, 1);
-      reserve_undo(2);
+      undo_.reserve(2);
       if (from == source::requeued) {
-        undo_[undo_count_].saved = requeued_.back();  // the only throw, before the entry counts
-        push_undo(undo_kind::requeued_erased, requeued_.size() - 1);
+        undo_.next().saved = requeued_.back();  // the only throw, before the entry counts
+        undo_.push(undo_kind::requeued_erased, requeued_.size() - 1);
         requeued_.pop_back();
       } else if (from == source::front) {
-        undo_[undo_count_].saved.emplace().req = front_.front();  // the only throw, before the entry counts
-        push_undo(undo_kind::front_erased, 0);
+        undo_.next().saved.emplace().req = front_.front();  // the only throw, before the entry counts
+        undo_.push(undo_kind::front_erased, 0);
         front_.erase(front_.begin());
       } else {
-        undo_[undo_count_].saved.emplace();
+        undo_.next().saved.emplace();
         const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
-        push_undo(undo_kind::queue_popped, 0).saved->req = popped;
+        undo_.push(undo_kind::queue_popped, 0).saved->req = popped;
         queue_.on_admit(s.req);
       }
       if (from != source::requeued) ++stats_.admitted;
-      push_undo(undo_kind::running_pushed, 0);
+      undo_.push(undo_kind::running_pushed, 0);
       running_.push_back(std::move(s));
       ++running_version_;
       const std::size_t i = running_.size() - 1;
@@ -832,8 +821,7 @@ class iteration_scheduler {
 
   // Undoes schedule()'s changes to the scheduler's own state, newest first.
   void roll_back() noexcept {
-    for (std::size_t u = undo_count_; u-- > 0;) {
-      undo_entry& e = undo_[u];
+    undo_.roll_back([this](undo_entry& e) noexcept {
       switch (e.kind) {
         case undo_kind::slot_saved:
           running_[e.index] = std::move(*e.saved);
@@ -852,24 +840,23 @@ class iteration_scheduler {
           ++running_version_;
           break;
         case undo_kind::requeued_inserted:
-          requeued_.erase(requeued_.begin() + static_cast<std::ptrdiff_t>(e.index));
+          detail::undo_insert(requeued_, e.index);
           break;
         case undo_kind::requeued_erased:
-          requeued_.insert(requeued_.begin() + static_cast<std::ptrdiff_t>(e.index), std::move(*e.saved));
+          detail::undo_erase(requeued_, e.index, e.saved);
           break;
         case undo_kind::swapped_inserted:
-          swapped_.erase(swapped_.begin() + static_cast<std::ptrdiff_t>(e.index));
+          detail::undo_insert(swapped_, e.index);
           break;
         case undo_kind::swapped_erased:
-          swapped_.insert(swapped_.begin() + static_cast<std::ptrdiff_t>(e.index), std::move(*e.saved));
+          detail::undo_erase(swapped_, e.index, e.saved);
           break;
         case undo_kind::front_erased:
         case undo_kind::queue_popped:
-          front_.insert(front_.begin(), std::move(e.saved->req));
+          detail::undo_take(front_, e.saved->req);
           break;
       }
-    }
-    undo_count_ = 0;
+    });
     dead_ = 0;
     entry_slot_.clear();
   }
@@ -975,8 +962,7 @@ class iteration_scheduler {
   std::vector<char> is_done_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
-  std::vector<undo_entry> undo_;
-  std::size_t undo_count_ = 0;
+  detail::undo_log<undo_entry> undo_;
   // find_head()'s cache: running_version_ changes whenever running_ gains, loses or replaces a slot.
   std::uint64_t running_version_ = 0, head_version_ = ~std::uint64_t{0};
   std::size_t head_cache_ = 0;

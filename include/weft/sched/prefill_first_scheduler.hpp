@@ -14,6 +14,7 @@
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/detail/submission.hpp>
+#include <weft/sched/detail/undo_log.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/iteration_scheduler.hpp>  // scheduler_stats
 #include <weft/sched/request.hpp>
@@ -262,7 +263,7 @@ class prefill_first_scheduler {
     return std::tie(a.req.arrival_s, a.req.id) < std::tie(b.req.arrival_s, b.req.id);
   }
 
-  // One entry of schedule()'s undo log (applied newest first on failure).
+  // One entry of schedule()'s undo log (detail::undo_log: applied newest first on failure).
   enum class undo_kind : std::uint8_t {
     running_inserted,   // running_[index] was inserted
     killed,             // running_[index] was preempted (alive cleared)
@@ -278,10 +279,12 @@ class prefill_first_scheduler {
     std::int64_t room = 0;
     std::optional<slot> saved;
   };
-  // Appends an entry; callers reserve room first (detail::reserve_more), so it does not throw.
+  // Appends an entry (undo_log reuses entries, so every field is set); callers reserve room first.
   undo_entry& push_undo(undo_kind kind, std::size_t index, std::optional<slot> saved = std::nullopt) {
-    undo_.push_back(undo_entry{kind, index, 0, std::move(saved)});
-    return undo_.back();
+    undo_entry& e = undo_.push(kind, index);
+    e.room = 0;
+    e.saved = std::move(saved);
+    return e;
   }
 
   std::size_t live() const noexcept { return running_.size() - dead_; }
@@ -323,7 +326,7 @@ class prefill_first_scheduler {
       slot s = from == source::requeued ? requeued_.front() : fresh(*next);
       if (from == source::requeued && live() == 0 && std::cmp_greater(blocks_for(s.target + 1), usable)) {
         // Prompt plus output outgrew the whole cache: end it (the only way a request ends unfinished).
-        detail::reserve_more(undo_, 1);
+        undo_.reserve(1);
         deferred_finish_.emplace_back(s.req, s.generated);
         batch_.aborted.push_back(s.req.id);
         push_undo(undo_kind::requeued_erased, 0, std::move(requeued_.front()));
@@ -356,7 +359,7 @@ class prefill_first_scheduler {
       s.tokens.clear();  // the KV manager holds them now
       s.alive = true;
       // Take it from its source, and into running (undo-logged; room reserved first).
-      detail::reserve_more(undo_, 2);
+      undo_.reserve(2);
       detail::reserve_more(running_, 1);
       if (from == source::requeued) {
         push_undo(undo_kind::requeued_erased, 0, std::move(requeued_.front()));
@@ -397,7 +400,7 @@ class prefill_first_scheduler {
   bool grow_one(std::size_t i) {
     slot& s = running_[i];
     if (!s.with_ids && s.done + 1 <= s.room) return true;  // counted, inside its blocks: no KV call
-    detail::reserve_more(undo_, 1);
+    undo_.reserve(1);
     const weft::kv::append_result r = s.with_ids ? kv_.append(s.req.id, std::span<const token_id>(&s.pending, 1))
                                                  : kv_.grow(s.req.id, static_cast<std::size_t>(s.done + 1));
     if (!r.fits) return false;
@@ -444,7 +447,7 @@ class prefill_first_scheduler {
     }
     const auto pos = static_cast<std::size_t>(std::upper_bound(requeued_.begin(), requeued_.end(), back, by_arrival) -
                                               requeued_.begin());
-    detail::reserve_more(undo_, 2);
+    undo_.reserve(2);
     detail::reserve_more(requeued_, 1);
     if (back.with_ids) kv_.computed(back.req.id, static_cast<std::size_t>(running_[j].done));
     kv_.free(back.req.id);
@@ -469,8 +472,7 @@ class prefill_first_scheduler {
 
   // Undoes schedule()'s changes to the scheduler's own state, newest first.
   void roll_back() noexcept {
-    for (std::size_t u = undo_.size(); u-- > 0;) {
-      undo_entry& e = undo_[u];
+    undo_.roll_back([this](undo_entry& e) noexcept {
       switch (e.kind) {
         case undo_kind::running_inserted:
           running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(e.index));
@@ -483,18 +485,17 @@ class prefill_first_scheduler {
           running_[e.index].room = e.room;
           break;
         case undo_kind::requeued_inserted:
-          requeued_.erase(requeued_.begin() + static_cast<std::ptrdiff_t>(e.index));
+          detail::undo_insert(requeued_, e.index);
           break;
         case undo_kind::requeued_erased:
-          requeued_.insert(requeued_.begin() + static_cast<std::ptrdiff_t>(e.index), std::move(*e.saved));
+          detail::undo_erase(requeued_, e.index, e.saved);
           break;
         case undo_kind::front_erased:
         case undo_kind::queue_popped:
-          front_.insert(front_.begin(), std::move(e.saved->req));
+          detail::undo_take(front_, e.saved->req);
           break;
       }
-    }
-    undo_.clear();
+    });
   }
 
   // Removes dead slots, keeping order. Only between batches (no entry refers to a slot).
@@ -525,7 +526,7 @@ class prefill_first_scheduler {
   std::vector<char> is_done_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
-  std::vector<undo_entry> undo_;
+  detail::undo_log<undo_entry> undo_;
   std::vector<std::pair<request, std::int64_t>> deferred_finish_;
   std::size_t dead_ = 0;
 };

@@ -4,6 +4,8 @@
 // cache-cold requests cannot starve.
 #pragma once
 
+#include <weft/sched/detail/service_report.hpp>
+#include <weft/sched/concepts.hpp>
 #include <weft/sched/request.hpp>
 
 #include <cmath>
@@ -24,7 +26,8 @@ namespace weft::sched {
 /// Not thread-safe. push/pop O(log n); peek O(G) probes, G = distinct prefixes waiting.
 class prefix_aware_queue {
  public:
-  using probe = std::function<std::int64_t(const request&)>;
+  using probe = prefix_probe;
+  static constexpr bool provides_prefix_probe = true;  ///< opts in to binds_prefix_probe's check
   struct options {
     double max_wait_s = 5.0;  ///< aging bound; > 0
   };
@@ -68,8 +71,7 @@ class prefix_aware_queue {
 
   void on_admit(const request&) {}
   void on_tokens(const request& r, std::int64_t n) {
-    expects(n >= 0, errc::invalid_argument, "weft::sched::prefix_aware_queue::on_tokens", "request ", r.id,
-            ": token count must be >= 0, got ", n);
+    detail::check_token_count(r, n, "weft::sched::prefix_aware_queue::on_tokens");
   }
   void on_finish(const request&, std::int64_t) {}
   std::size_t size() const noexcept { return size_; }

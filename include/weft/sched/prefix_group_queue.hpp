@@ -4,6 +4,7 @@
 // Token Batching", 2024, §3) groups the whole batch; here groups are drained in order of their oldest request.
 #pragma once
 
+#include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/request.hpp>
 
 #include <cstddef>
@@ -69,8 +70,7 @@ class prefix_group_queue {
 
   void on_admit(const request&) {}
   void on_tokens(const request& r, std::int64_t n) {
-    expects(n >= 0, errc::invalid_argument, "weft::sched::prefix_group_queue::on_tokens", "request ", r.id,
-            ": token count must be >= 0, got ", n);
+    detail::check_token_count(r, n, "weft::sched::prefix_group_queue::on_tokens");
   }
   void on_finish(const request&, std::int64_t) {}
   std::size_t size() const noexcept { return size_; }

@@ -4,6 +4,7 @@
 // Efficiency in Fairness-aware LLM Serving", 2024, §3) reduced to its queueing rule.
 #pragma once
 
+#include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/request.hpp>
 
 #include <cmath>
@@ -61,8 +62,7 @@ class slo_priority_queue {
   std::size_t urgent() const noexcept { return urgent_.size(); }
   void on_admit(const request&) {}
   void on_tokens(const request& r, std::int64_t n) {
-    expects(n >= 0, errc::invalid_argument, "weft::sched::slo_priority_queue::on_tokens", "request ", r.id,
-            ": token count must be >= 0, got ", n);
+    detail::check_token_count(r, n, "weft::sched::slo_priority_queue::on_tokens");
   }
   void on_finish(const request&, std::int64_t) {}
   std::size_t size() const noexcept { return reqs_.size(); }

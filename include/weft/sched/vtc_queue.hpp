@@ -3,6 +3,7 @@
 // Each client has a counter of weighted service; the backlogged client with the least counter goes next.
 #pragma once
 
+#include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/request.hpp>
 
 #include <algorithm>
@@ -94,8 +95,7 @@ class vtc_queue {
   }
 
   void on_tokens(const request& r, std::int64_t n) {
-    expects(n >= 0, errc::invalid_argument, "weft::sched::vtc_queue::on_tokens", "request ", r.id,
-            ": token count must be >= 0, got ", n);
+    detail::check_token_count(r, n, "weft::sched::vtc_queue::on_tokens");
     auto& st = known(r.client, "weft::sched::vtc_queue::on_tokens");
     std::int64_t charged = n;
     if (opt_.use_prediction) {
@@ -111,8 +111,7 @@ class vtc_queue {
   }
 
   void on_finish(const request& r, std::int64_t generated) {
-    expects(generated >= 0, errc::invalid_argument, "weft::sched::vtc_queue::on_finish", "request ", r.id,
-            ": generated must be >= 0, got ", generated);
+    detail::check_generated_count(r, generated, "weft::sched::vtc_queue::on_finish");
     auto& st = known(r.client, "weft::sched::vtc_queue::on_finish");
     if (!opt_.use_prediction) return;
     emitted_.erase(r.id);

@@ -4,6 +4,7 @@
 // "A Self-Clocked Fair Queueing Scheme", INFOCOM 1994); token costs as in VTC (Sheng et al., OSDI 2024).
 #pragma once
 
+#include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/request.hpp>
 
 #include <algorithm>
@@ -73,13 +74,11 @@ class wfq_queue {
 
   void on_admit(const request& r) { known(r.client, "weft::sched::wfq_queue::on_admit"); }
   void on_tokens(const request& r, std::int64_t n) {
-    expects(n >= 0, errc::invalid_argument, "weft::sched::wfq_queue::on_tokens", "request ", r.id,
-            ": token count must be >= 0, got ", n);
+    detail::check_token_count(r, n, "weft::sched::wfq_queue::on_tokens");
     known(r.client, "weft::sched::wfq_queue::on_tokens");
   }
   void on_finish(const request& r, std::int64_t generated) {
-    expects(generated >= 0, errc::invalid_argument, "weft::sched::wfq_queue::on_finish", "request ", r.id,
-            ": generated must be >= 0, got ", generated);
+    detail::check_generated_count(r, generated, "weft::sched::wfq_queue::on_finish");
     auto& st = known(r.client, "weft::sched::wfq_queue::on_finish");
     const double actual = opt_.weights.charge(r, generated);
     st.last_finish += (actual - cost(r)) / st.weight;

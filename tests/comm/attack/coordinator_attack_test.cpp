@@ -1,6 +1,7 @@
 // Attack suite, the elastic coordinator: stop() racing its heartbeat tick, a stranger trying to
 // fix the group's spec or win state sync with a huge revision, a squatter that joins and then only
 // heartbeats, endless lines, garbage, bad addresses, idle connections and descriptor exhaustion.
+#include "../elastic/in_process_member.hpp"
 #include "member.hpp"
 
 #include <weft/comm/launcher.hpp>
@@ -33,19 +34,10 @@ attack::wd::unique_fd stranger(std::uint16_t port, const std::string& name, cons
 
 void say(int fd, const std::string& line) { attack::send_all(fd, (line + "\n").data(), line.size() + 1); }
 
-struct model {
-  std::vector<float> w = std::vector<float>(64, 0.0f);
-  we::shared_state state;
-  model() { state.add("w", std::span<float>(w)); }
-};
+using model = weft_test::elastic_model;
 
 we::group_options member(const we::coordinator& c, std::string name) {
-  we::group_options o;
-  o.coordinator_port = c.port();
-  o.name = std::move(name);
-  o.connect_timeout = 1s;
-  o.collective_timeout = 1s;
-  o.round_timeout = 15s;
+  we::group_options o = weft_test::member_options(c, std::move(name), 1s, 1s, 15s);
   o.handshake_timeout = 500ms;
   return o;
 }

@@ -1,3 +1,5 @@
+#include "in_process_member.hpp"
+
 #include <weft/comm/elastic.hpp>
 
 #include <catch2/catch.hpp>
@@ -17,20 +19,10 @@ using namespace std::chrono_literals;
 namespace {
 
 // A member's model: a vector and a revision; each step adds the allreduced per-member gradient.
-struct model {
-  std::vector<float> w = std::vector<float>(64, 0.0f);
-  we::shared_state state;
-  model() { state.add("w", std::span<float>(w)); }
-};
+using model = weft_test::elastic_model;
 
 we::group_options member(const we::coordinator& c, std::string name) {
-  we::group_options o;
-  o.coordinator_port = c.port();
-  o.name = std::move(name);
-  o.connect_timeout = 3s;
-  o.collective_timeout = 3s;
-  o.round_timeout = 10s;
-  return o;
+  return weft_test::member_options(c, std::move(name), 3s, 3s, 10s);
 }
 
 // One deterministic step: every member contributes a gradient that depends on its name and the

@@ -13,6 +13,7 @@
 #include <weft/comm/concepts.hpp>
 #include <weft/comm/descriptor.hpp>
 #include <weft/comm/detail/context.hpp>
+#include <weft/comm/detail/link.hpp>
 #include <weft/comm/detail/wire.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
@@ -162,7 +163,7 @@ class small_array {
 ///    the sender's memory; SIZE_MAX: never), remote_read(peer, addr, dst, n), remote_ack(peer),
 ///    remote_post(peer) and remote_acked(peer) (counts of such pieces posted to / read by peer);
 ///  - on_abort(why): the group failed; shut the streams.
-template <class Link>
+template <stream_link Link>
 class stream_engine {
  public:
   stream_engine(Link& link, int rank, int size, int conns, std::size_t stripe_min, const char* name,

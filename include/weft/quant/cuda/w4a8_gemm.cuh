@@ -34,18 +34,7 @@ __global__ void __launch_bounds__(Tile::threads) w4a8_gemm_kernel(w4a8_params<Sc
   for (std::int64_t k0 = 0; k0 < p.k_padded; k0 += Tile::block_k) {
     w4a8_load_tiles<Tile>(p, m0, n0, k0, s, tid, Tile::threads);
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < Tile::mma_m; ++i)
-#pragma unroll
-      for (int j = 0; j < Tile::mma_n; ++j) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        std::uint32_t a[4], b[2];
-        w8_fragments<Tile>(s, wm0 + 16 * i, wn0 + 8 * j, lane, a, b);
-        mma32(a, b, acc[i][j]);
-#else
-        w8_lane_step<Tile>(s, wm0 + 16 * i, wn0 + 8 * j, lane, acc[i][j]);
-#endif
-      }
+    w8_warp_mma<Tile>(s, wm0, wn0, lane, acc);
     __syncthreads();
     const std::int64_t next = k0 + Tile::block_k;
     if (next % p.group_size == 0 || next >= p.k_padded)

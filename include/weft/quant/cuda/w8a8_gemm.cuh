@@ -28,6 +28,26 @@ __device__ inline void mma32(const std::uint32_t (&a)[4], const std::uint32_t (&
 #endif
 }
 
+/// One k-slice of a warp's int8 tile: every 16 x 8 output fragment of the warp (rows from wm0,
+/// columns from wn0) accumulates the slice in shared memory, with mma.sync on sm_80+ and the
+/// lane-level emulation elsewhere. Shared by the W8A8 and W4A8 kernels.
+template <class Tile>
+__device__ __forceinline__ void w8_warp_mma(const w8_smem<Tile>& s, int wm0, int wn0, int lane,
+                                            std::int32_t (&acc)[Tile::mma_m][Tile::mma_n][4]) {
+#pragma unroll
+  for (int i = 0; i < Tile::mma_m; ++i)
+#pragma unroll
+    for (int j = 0; j < Tile::mma_n; ++j) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      std::uint32_t a[4], b[2];
+      w8_fragments<Tile>(s, wm0 + 16 * i, wn0 + 8 * j, lane, a, b);
+      mma32(a, b, acc[i][j]);
+#else
+      w8_lane_step<Tile>(s, wm0 + 16 * i, wn0 + 8 * j, lane, acc[i][j]);
+#endif
+    }
+}
+
 template <class Tile>
 __global__ void __launch_bounds__(Tile::threads) w8a8_gemm_kernel(w8a8_params p) {
   __shared__ w8_smem<Tile> s;
@@ -39,18 +59,7 @@ __global__ void __launch_bounds__(Tile::threads) w8a8_gemm_kernel(w8a8_params p)
   for (std::int64_t k0 = 0; k0 < p.k_padded; k0 += Tile::block_k) {
     w8_load_tiles<Tile>(p, m0, n0, k0, s, tid, Tile::threads);
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < Tile::mma_m; ++i)
-#pragma unroll
-      for (int j = 0; j < Tile::mma_n; ++j) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        std::uint32_t a[4], b[2];
-        w8_fragments<Tile>(s, wm0 + 16 * i, wn0 + 8 * j, lane, a, b);
-        mma32(a, b, acc[i][j]);
-#else
-        w8_lane_step<Tile>(s, wm0 + 16 * i, wn0 + 8 * j, lane, acc[i][j]);
-#endif
-      }
+    w8_warp_mma<Tile>(s, wm0, wn0, lane, acc);
     __syncthreads();
   }
   for (int i = 0; i < Tile::mma_m; ++i)

@@ -4,24 +4,13 @@
 // the 64-input window, so the AVX-512 path gathers its activations with one vpermt2ps per 16.
 #pragma once
 
-#include <weft/quant/cpu_features.hpp>
+#include <weft/quant/detail/simd.hpp>
 #include <weft/quant/detail/w4_kernels.hpp>
-#include <weft/quant/tile_math.hpp>
 
 #include <cstdint>
 #include <cstring>
 
-#if WEFT_QUANT_X86
-#include <immintrin.h>
-#endif
-
-// g++ 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (the _mm512_undefined_*
-// operands, GCC bug 105593) when these functions are inlined at -O1 with sanitizers.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+WEFT_QUANT_KERNELS_BEGIN;  // detail/simd.hpp: GCC bug 105593
 
 namespace weft::quant::detail {
 
@@ -160,6 +149,4 @@ void sparse24_tile(isa path, const sparse24_tile_args<NR, MB, Scale>& a,
 
 }  // namespace weft::quant::detail
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+WEFT_QUANT_KERNELS_END;

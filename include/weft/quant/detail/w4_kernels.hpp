@@ -3,25 +3,14 @@
 // sum_g scale_g * sum_{k in g} code_k * x_k - sum_g scale_g * zero_g * sum_{k in g} x_k.
 #pragma once
 
-#include <weft/quant/cpu_features.hpp>
-#include <weft/quant/tile_math.hpp>
+#include <weft/quant/detail/simd.hpp>
 
 #include <weft/core/half.hpp>
 
 #include <cstdint>
 #include <type_traits>
 
-#if WEFT_QUANT_X86
-#include <immintrin.h>
-#endif
-
-// g++ 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (the _mm512_undefined_*
-// operands, GCC bug 105593) when these functions are inlined at -O1 with sanitizers.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+WEFT_QUANT_KERNELS_BEGIN;  // detail/simd.hpp: GCC bug 105593
 
 namespace weft::quant::detail {
 
@@ -155,6 +144,43 @@ __attribute__((target("avx2,fma,f16c"))) void w4_tile_avx2(const w4_tile_args<NR
     }
 }
 
+/// The end of group g in the AVX-512 tiles: total += scale x acc, and the zero-point term
+/// correction += scale x (zero + zero_offset) x sum(x) (zero_offset 128 where codes were biased by 128).
+template <int NR, int MB, class Scale>
+__attribute__((target("avx512f,fma,f16c"), always_inline)) inline void w4_group_end_avx512(
+    const w4_tile_args<NR, MB, Scale>& a, std::int64_t g, int zero_offset,
+    const __m512 (&acc)[std::size_t{NR}][std::size_t{MB}], __m512 (&total)[std::size_t{NR}][std::size_t{MB}],
+    float (&correction)[std::size_t{NR}][std::size_t{MB}]) noexcept {
+#pragma GCC unroll 16
+  for (int r = 0; r < NR; ++r) {
+    const float sf = scale_to_float_f16c(a.scales[r][g]);
+    const float zf = sf * static_cast<float>(a.zeros[r][g] + zero_offset);
+    const __m512 scale = _mm512_set1_ps(sf);
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) {
+      total[r][m] = _mm512_fmadd_ps(scale, acc[r][m], total[r][m]);
+      correction[r][m] += zf * a.xsums[m][g];
+    }
+  }
+}
+
+/// out = the horizontal sum of each total minus its correction. Through memory: g++ 12's
+/// _mm512_reduce_add_ps trips -Wuninitialized.
+template <int NR, int MB>
+__attribute__((target("avx512f"), always_inline)) inline void w4_tile_sums_avx512(
+    const __m512 (&total)[std::size_t{NR}][std::size_t{MB}],
+    const float (&correction)[std::size_t{NR}][std::size_t{MB}],
+    float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
+  alignas(64) float lanes[16];
+  for (int r = 0; r < NR; ++r)
+    for (int m = 0; m < MB; ++m) {
+      _mm512_store_ps(lanes, total[r][m]);
+      for (int width = 8; width > 0; width /= 2)
+        for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
+      out[r][m] = lanes[0] - correction[r][m];
+    }
+}
+
 template <int NR, int MB, class Scale>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void w4_tile_avx512(
     const w4_tile_args<NR, MB, Scale>& a, float (&out)[std::size_t{NR}][std::size_t{MB}]) noexcept {
@@ -192,27 +218,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) void w4_tile_avx51
         }
       }
     }
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) {
-      const float sf = scale_to_float_f16c(a.scales[r][g]);
-      const float zf = sf * static_cast<float>(a.zeros[r][g]);
-      const __m512 scale = _mm512_set1_ps(sf);
-#pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) {
-        total[r][m] = _mm512_fmadd_ps(scale, acc[r][m], total[r][m]);
-        correction[r][m] += zf * a.xsums[m][g];
-      }
-    }
+    w4_group_end_avx512(a, g, 0, acc, total, correction);
   }
-  // Horizontal sums through memory: g++ 12's _mm512_reduce_add_ps trips -Wuninitialized.
-  alignas(64) float lanes[16];
-  for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MB; ++m) {
-      _mm512_store_ps(lanes, total[r][m]);
-      for (int width = 8; width > 0; width /= 2)
-        for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
-      out[r][m] = lanes[0] - correction[r][m];
-    }
+  w4_tile_sums_avx512<NR, MB>(total, correction, out);
 }
 
 /// AVX-512 BF16 path (bf16 activations, groups a multiple of 64): codes become the bf16 numbers
@@ -276,26 +284,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c"))) void w4
         }
       }
     }
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) {
-      const float sf = scale_to_float_f16c(a.scales[r][g]);
-      const float zf = sf * static_cast<float>(a.zeros[r][g] + 128);
-      const __m512 scale = _mm512_set1_ps(sf);
-#pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) {
-        total[r][m] = _mm512_fmadd_ps(scale, acc[r][m], total[r][m]);
-        correction[r][m] += zf * a.xsums[m][g];
-      }
-    }
+    w4_group_end_avx512(a, g, 128, acc, total, correction);
   }
-  alignas(64) float lanes[16];
-  for (int r = 0; r < NR; ++r)
-    for (int m = 0; m < MB; ++m) {
-      _mm512_store_ps(lanes, total[r][m]);
-      for (int width = 8; width > 0; width /= 2)
-        for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
-      out[r][m] = lanes[0] - correction[r][m];
-    }
+  w4_tile_sums_avx512<NR, MB>(total, correction, out);
 }
 
 #endif  // WEFT_QUANT_X86
@@ -314,6 +305,4 @@ void w4_tile(isa path, const w4_tile_args<NR, MB, Scale>& a, float (&out)[std::s
 
 }  // namespace weft::quant::detail
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+WEFT_QUANT_KERNELS_END;

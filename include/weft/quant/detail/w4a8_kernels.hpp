@@ -5,23 +5,12 @@
 // the integer form of llama.cpp's Q4_0 x Q8_0 dot product and of QServe's W4A8 (Lin et al., 2024).
 #pragma once
 
-#include <weft/quant/cpu_features.hpp>
+#include <weft/quant/detail/simd.hpp>
 #include <weft/quant/detail/w4_kernels.hpp>
-#include <weft/quant/tile_math.hpp>
 
 #include <cstdint>
 
-#if WEFT_QUANT_X86
-#include <immintrin.h>
-#endif
-
-// g++ 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (the _mm512_undefined_*
-// operands, GCC bug 105593) when these functions are inlined at -O1 with sanitizers.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+WEFT_QUANT_KERNELS_BEGIN;  // detail/simd.hpp: GCC bug 105593
 
 namespace weft::quant::detail {
 
@@ -86,6 +75,44 @@ void w4a8_tile_portable(const w4a8_tile_args<NR, MB, Scale>& a,
 #define WEFT_QUANT_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c"), always_inline))
 #define WEFT_QUANT_AVX2_TARGET __attribute__((target("avx2,fma,f16c"), always_inline))
 
+/// The operations of the 32- and 16-byte VNNI and AVX2 tiles that are the same on both (everything
+/// but load and dot): AVX2 instructions, which the VNNI target includes.
+struct ymm_lane_ops {
+  using vi = __m256i;
+  using vf = __m256;
+  WEFT_QUANT_AVX2_TARGET static vi nibbles() noexcept { return _mm256_set1_epi8(0x0F); }
+  WEFT_QUANT_AVX2_TARGET static vi low(vi v, vi mask) noexcept { return _mm256_and_si256(v, mask); }
+  WEFT_QUANT_AVX2_TARGET static vi high(vi v, vi mask) noexcept {
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+  }
+  WEFT_QUANT_AVX2_TARGET static vi zero() noexcept { return _mm256_setzero_si256(); }
+  WEFT_QUANT_AVX2_TARGET static vf zero_f() noexcept { return _mm256_setzero_ps(); }
+  WEFT_QUANT_AVX2_TARGET static vf scaled_add(vf total, float s, vi acc) noexcept {
+    return _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(acc), total);
+  }
+  WEFT_QUANT_AVX2_TARGET static float sum(vf v) noexcept {
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+  }
+};
+struct xmm_lane_ops {
+  using vi = __m128i;
+  using vf = __m128;
+  WEFT_QUANT_AVX2_TARGET static vi nibbles() noexcept { return _mm_set1_epi8(0x0F); }
+  WEFT_QUANT_AVX2_TARGET static vi low(vi v, vi mask) noexcept { return _mm_and_si128(v, mask); }
+  WEFT_QUANT_AVX2_TARGET static vi high(vi v, vi mask) noexcept { return _mm_and_si128(_mm_srli_epi16(v, 4), mask); }
+  WEFT_QUANT_AVX2_TARGET static vi zero() noexcept { return _mm_setzero_si128(); }
+  WEFT_QUANT_AVX2_TARGET static vf zero_f() noexcept { return _mm_setzero_ps(); }
+  WEFT_QUANT_AVX2_TARGET static vf scaled_add(vf total, float s, vi acc) noexcept {
+    return _mm_fmadd_ps(_mm_set1_ps(s), _mm_cvtepi32_ps(acc), total);
+  }
+  WEFT_QUANT_AVX2_TARGET static float sum(vf q) noexcept {
+    const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+  }
+};
+
 /// Vector operations of the VNNI kernel for one chunk width: CB = 64 (zmm), 32 (ymm) or 16 (xmm).
 template <int CB>
 struct vnni_ops;
@@ -121,54 +148,23 @@ struct vnni_ops<64> {
 };
 
 template <>
-struct vnni_ops<32> {
-  using vi = __m256i;
-  using vf = __m256;
+struct vnni_ops<32> : ymm_lane_ops {
   WEFT_QUANT_VNNI_TARGET static vi load(const std::uint8_t* p, std::int64_t bytes) noexcept {
     if (bytes >= 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm256_maskz_loadu_epi8((~std::uint32_t{0}) >> (32 - bytes), p);
   }
-  WEFT_QUANT_VNNI_TARGET static vi nibbles() noexcept { return _mm256_set1_epi8(0x0F); }
-  WEFT_QUANT_VNNI_TARGET static vi low(vi v, vi mask) noexcept { return _mm256_and_si256(v, mask); }
-  WEFT_QUANT_VNNI_TARGET static vi high(vi v, vi mask) noexcept {
-    return _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-  }
-  WEFT_QUANT_VNNI_TARGET static vi zero() noexcept { return _mm256_setzero_si256(); }
   WEFT_QUANT_VNNI_TARGET static vi dot(vi acc, vi codes, const std::int8_t* x) noexcept {
     return _mm256_dpbusd_epi32(acc, codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
-  }
-  WEFT_QUANT_VNNI_TARGET static vf zero_f() noexcept { return _mm256_setzero_ps(); }
-  WEFT_QUANT_VNNI_TARGET static vf scaled_add(vf total, float s, vi acc) noexcept {
-    return _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(acc), total);
-  }
-  WEFT_QUANT_VNNI_TARGET static float sum(vf v) noexcept {
-    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
   }
 };
 
 template <>
-struct vnni_ops<16> {
-  using vi = __m128i;
-  using vf = __m128;
+struct vnni_ops<16> : xmm_lane_ops {
   WEFT_QUANT_VNNI_TARGET static vi load(const std::uint8_t* p, std::int64_t) noexcept {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));  // rows are whole 16-byte blocks
   }
-  WEFT_QUANT_VNNI_TARGET static vi nibbles() noexcept { return _mm_set1_epi8(0x0F); }
-  WEFT_QUANT_VNNI_TARGET static vi low(vi v, vi mask) noexcept { return _mm_and_si128(v, mask); }
-  WEFT_QUANT_VNNI_TARGET static vi high(vi v, vi mask) noexcept { return _mm_and_si128(_mm_srli_epi16(v, 4), mask); }
-  WEFT_QUANT_VNNI_TARGET static vi zero() noexcept { return _mm_setzero_si128(); }
   WEFT_QUANT_VNNI_TARGET static vi dot(vi acc, vi codes, const std::int8_t* x) noexcept {
     return _mm_dpbusd_epi32(acc, codes, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-  }
-  WEFT_QUANT_VNNI_TARGET static vf zero_f() noexcept { return _mm_setzero_ps(); }
-  WEFT_QUANT_VNNI_TARGET static vf scaled_add(vf total, float s, vi acc) noexcept {
-    return _mm_fmadd_ps(_mm_set1_ps(s), _mm_cvtepi32_ps(acc), total);
-  }
-  WEFT_QUANT_VNNI_TARGET static float sum(vf q) noexcept {
-    const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
   }
 };
 
@@ -275,56 +271,25 @@ template <int CB>
 struct avx2_ops;
 
 template <>
-struct avx2_ops<32> {
-  using vi = __m256i;
-  using vf = __m256;
+struct avx2_ops<32> : ymm_lane_ops {
   WEFT_QUANT_AVX2_TARGET static vi load(const std::uint8_t* p, std::int64_t bytes) noexcept {
     if (bytes >= 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));  // last 16 bytes
   }
-  WEFT_QUANT_AVX2_TARGET static vi nibbles() noexcept { return _mm256_set1_epi8(0x0F); }
-  WEFT_QUANT_AVX2_TARGET static vi low(vi v, vi mask) noexcept { return _mm256_and_si256(v, mask); }
-  WEFT_QUANT_AVX2_TARGET static vi high(vi v, vi mask) noexcept {
-    return _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-  }
-  WEFT_QUANT_AVX2_TARGET static vi zero() noexcept { return _mm256_setzero_si256(); }
   WEFT_QUANT_AVX2_TARGET static vi dot(vi acc, vi codes, const std::int8_t* x) noexcept {
     const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   }
-  WEFT_QUANT_AVX2_TARGET static vf zero_f() noexcept { return _mm256_setzero_ps(); }
-  WEFT_QUANT_AVX2_TARGET static vf scaled_add(vf total, float s, vi acc) noexcept {
-    return _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(acc), total);
-  }
-  WEFT_QUANT_AVX2_TARGET static float sum(vf v) noexcept {
-    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
-  }
 };
 
 template <>
-struct avx2_ops<16> {
-  using vi = __m128i;
-  using vf = __m128;
+struct avx2_ops<16> : xmm_lane_ops {
   WEFT_QUANT_AVX2_TARGET static vi load(const std::uint8_t* p, std::int64_t) noexcept {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   }
-  WEFT_QUANT_AVX2_TARGET static vi nibbles() noexcept { return _mm_set1_epi8(0x0F); }
-  WEFT_QUANT_AVX2_TARGET static vi low(vi v, vi mask) noexcept { return _mm_and_si128(v, mask); }
-  WEFT_QUANT_AVX2_TARGET static vi high(vi v, vi mask) noexcept { return _mm_and_si128(_mm_srli_epi16(v, 4), mask); }
-  WEFT_QUANT_AVX2_TARGET static vi zero() noexcept { return _mm_setzero_si128(); }
   WEFT_QUANT_AVX2_TARGET static vi dot(vi acc, vi codes, const std::int8_t* x) noexcept {
     const __m128i pairs = _mm_maddubs_epi16(codes, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
     return _mm_add_epi32(acc, _mm_madd_epi16(pairs, _mm_set1_epi16(1)));
-  }
-  WEFT_QUANT_AVX2_TARGET static vf zero_f() noexcept { return _mm_setzero_ps(); }
-  WEFT_QUANT_AVX2_TARGET static vf scaled_add(vf total, float s, vi acc) noexcept {
-    return _mm_fmadd_ps(_mm_set1_ps(s), _mm_cvtepi32_ps(acc), total);
-  }
-  WEFT_QUANT_AVX2_TARGET static float sum(vf q) noexcept {
-    const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
   }
 };
 
@@ -405,6 +370,4 @@ void w4a8_tile(isa path, int chunk_bytes, const w4a8_tile_args<NR, MB, Scale>& a
 
 }  // namespace weft::quant::detail
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+WEFT_QUANT_KERNELS_END;

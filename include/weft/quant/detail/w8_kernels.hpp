@@ -4,22 +4,11 @@
 // (Intel Architecture Instruction Set Extensions Programming Reference, ch. 3, "AMX").
 #pragma once
 
-#include <weft/quant/cpu_features.hpp>
-#include <weft/quant/tile_math.hpp>
+#include <weft/quant/detail/simd.hpp>
 
 #include <cstdint>
 
-#if WEFT_QUANT_X86
-#include <immintrin.h>
-#endif
-
-// g++ 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (the _mm512_undefined_*
-// operands, GCC bug 105593) when these functions are inlined at -O1 with sanitizers.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+WEFT_QUANT_KERNELS_BEGIN;  // detail/simd.hpp: GCC bug 105593
 
 namespace weft::quant::detail {
 
@@ -165,6 +154,4 @@ __attribute__((target("amx-tile,amx-int8"))) inline void w8_tile_amx(const std::
 
 }  // namespace weft::quant::detail
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+WEFT_QUANT_KERNELS_END;

@@ -1,0 +1,101 @@
+// Archetype of detail::stream_link: the weakest link the concept accepts (an opaque wait token,
+// no single copy, no staging, nothing const) runs a message through two stream_engines, so the
+// engine uses nothing beyond the concept. Real links and the tests' fake link model it too.
+#include "fake_link.hpp"
+
+#include <weft/comm/detail/link.hpp>
+#include <weft/comm/detail/stream_engine.hpp>
+#include <weft/comm/shm_transport.hpp>
+#include <weft/comm/tcp_transport.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace wd = weft::comm::detail;
+
+// Bytes in flight between two ranks in one process: pipe[from][to], unbounded, read from `taken`.
+struct archetype_pipe {
+  std::array<std::array<std::vector<std::byte>, 2>, 2> bytes;
+  std::array<std::array<std::size_t, 2>, 2> taken{};
+};
+
+class archetype_link {
+ public:
+  static constexpr std::size_t stage_bytes = 0;
+  struct wait_token {};  // opaque: the engine only hands it back
+
+  archetype_link(archetype_pipe& pipe, int rank) : pipe_(pipe), rank_(rank) {}
+  std::size_t write_some(int peer, int, const wd::io_part* parts, int count) {
+    auto& out = pipe_.bytes[static_cast<std::size_t>(rank_)][static_cast<std::size_t>(peer)];
+    std::size_t n = 0;
+    for (int i = 0; i < count; ++i) {
+      out.insert(out.end(), parts[i].data, parts[i].data + parts[i].len);
+      n += parts[i].len;
+    }
+    return n;
+  }
+  std::size_t read_some(int peer, int, std::byte* dst, std::size_t n) {
+    auto& in = pipe_.bytes[static_cast<std::size_t>(peer)][static_cast<std::size_t>(rank_)];
+    auto& at = pipe_.taken[static_cast<std::size_t>(peer)][static_cast<std::size_t>(rank_)];
+    const std::size_t k = std::min(n, in.size() - at);
+    if (k > 0) std::memcpy(dst, in.data() + at, k);
+    at += k;
+    return k;
+  }
+  void commit_reads(int, int) {}
+  wait_token prepare_wait() { return {}; }
+  void wait(wait_token, weft::comm::deadline, int) {}
+  void poke() {}
+  void check_alive(int) {}
+  std::size_t remote_min() { return SIZE_MAX; }
+  void remote_read(int, std::uint64_t, std::byte*, std::size_t) {
+    throw weft::error(weft::errc::unsupported, "archetype_link", "no single copy");
+  }
+  void remote_ack(int) {}
+  std::uint64_t remote_post(int) { return 0; }
+  std::uint64_t remote_acked(int) { return 0; }
+  void on_abort(const std::string& why) { aborted = why; }
+  std::string aborted;
+
+ private:
+  archetype_pipe& pipe_;
+  int rank_;
+};
+
+// Misspelled or missing members are rejected (a link without them would not compile in the engine).
+struct link_without_commit_reads : weft_test::fake_link<0> {
+  void commit_reads() = delete;
+};
+
+}  // namespace
+
+static_assert(wd::stream_link<archetype_link>);
+static_assert(wd::stream_link<wd::shm_link>);
+static_assert(wd::stream_link<wd::tcp_link>);
+static_assert(wd::stream_link<weft_test::fake_link<0>> && wd::stream_link<weft_test::fake_link<64>>);
+static_assert(!wd::stream_link<link_without_commit_reads>);
+static_assert(!wd::stream_link<int>);
+
+TEST_CASE("stream_engine runs a message over the archetype link", "[comm][archetype]") {
+  archetype_pipe pipe;
+  archetype_link link0(pipe, 0), link1(pipe, 1);
+  wd::stream_engine<archetype_link> e0(link0, 0, 2, 1, SIZE_MAX, "archetype");
+  wd::stream_engine<archetype_link> e1(link1, 1, 2, 1, SIZE_MAX, "archetype");
+  std::vector<std::byte> sent(1000), got(1000);
+  for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<std::byte>(i * 7);
+  const auto until = weft::comm::clock_type::now() + std::chrono::seconds(5);
+  e0.send(1, weft::comm::msg_tag{3, 0}, std::span<const std::byte>(sent), until);
+  e1.recv(0, weft::comm::msg_tag{3, 0}, std::span<std::byte>(got), until);
+  CHECK(got == sent);
+  CHECK(link0.aborted.empty());
+  CHECK(link1.aborted.empty());
+}
