@@ -44,6 +44,7 @@ class hit_rate_aware_queue {
             "hit_rate_buckets must be in [1, 1024], got ", opt_.hit_rate_buckets);
   }
 
+  static constexpr bool provides_prefix_probe = true;  ///< opts in to binds_prefix_probe's check
   /// Called by the scheduler with its KV manager's cached_prefix_tokens.
   void bind_prefix_probe(probe p) { prefix_probe_ = std::move(p); }
 
