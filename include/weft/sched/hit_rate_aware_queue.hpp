@@ -28,7 +28,7 @@ namespace weft::sched {
 /// Not thread-safe. push O(log n) plus the probes; peek O(1); pop O(log n).
 class hit_rate_aware_queue {
  public:
-  using probe = std::function<std::int64_t(const request&)>;
+  using probe = prefix_probe;
   struct options {
     double max_wait_s = 5.0;   ///< aging bound; finite and > 0
     int hit_rate_buckets = 8;  ///< hit rates in [0, 1] fall in this many equal buckets; 1..1024
