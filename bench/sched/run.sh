@@ -11,6 +11,7 @@ mkdir -p "$out"
 "$build/bench/bench_sched_repro"
 "$build/bench/bench_sched_nanoflow"
 "$build/bench/bench_sched_splitfuse"
+"$build/bench/bench_sched_layered"
 "$build/bench/bench_sched_apex"
 # The system python has python3-matplotlib; a pyenv or venv python3 first on PATH may not.
 py=python3

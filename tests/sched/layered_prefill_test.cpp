@@ -27,8 +27,8 @@ request req(std::uint64_t id, std::int64_t prompt, double at = 0.0) {
 // Checks, batch by batch, the policy's invariants; the test runs a workload through it.
 struct invariant_checker {
   int layers = 0;
-  std::map<request_id, int> next_layer;   // prefilling: where its next group must begin
-  std::set<request_id> decoding;          // emitted a token and not finished
+  std::map<request_id, int> next_layer;  // prefilling: where its next group must begin
+  std::set<request_id> decoding;         // emitted a token and not finished
   std::map<request_id, std::int64_t> prompt;
   std::int64_t group_entries = 0, emitted_first = 0;
 
@@ -149,9 +149,8 @@ TEST_CASE("layered prefill: tight KV preempts by recompute and every request sti
   std::map<request_id, std::int64_t> generated;
   const weft_test::outcome out = weft_test::run_jobs(s, jobs, [&](const batch& b, auto&) {
     for (const auto& e : b.entries) CHECK(e.emits_token == e.layers.reaches_output());
-    for (request_id id : b.preempted_recompute) CHECK(std::none_of(b.entries.begin(), b.entries.end(), [&](const auto& e) {
-      return e.id == id;
-    }));
+    for (request_id id : b.preempted_recompute)
+      CHECK(std::none_of(b.entries.begin(), b.entries.end(), [&](const auto& e) { return e.id == id; }));
   });
   CHECK(out.completed == 12);
   CHECK(s.stats().preempted_recompute > 0);
@@ -226,6 +225,31 @@ TEST_CASE("layered prefill: a schedule() that throws leaves scheduler and KV as 
     }
   }
   CHECK(threw);
+}
+
+TEST_CASE("layered prefill: with a group token budget the split follows the prompt", "[sched][layered]") {
+  CHECK_THROWS_AS(layered_prefill_budget(8, 0), weft::error);
+  CHECK_THROWS_AS(layered_prefill_budget(8, -5), weft::error);
+  CHECK_THROWS_AS(layered_prefill_budget(0, 100), weft::error);
+  layered_prefill_scheduler<> s(layered_prefill_budget(8, 100, 10000, 8), fcfs_queue{}, weft_test::kv_of(400));
+  const auto groups_of = [&](std::uint64_t id, std::int64_t prompt) {
+    REQUIRE(s.submit(req(id, prompt, static_cast<double>(id)), static_cast<double>(id)));
+    int groups = 0;
+    for (bool emitted = false; !emitted;) {
+      const batch& b = s.schedule(static_cast<double>(id));
+      for (const auto& e : b.entries)
+        if (e.id == request_id(id)) {
+          ++groups;
+          emitted = e.emits_token;
+        }
+      s.complete({}, std::vector<token_id>(b.entries.size(), 1));
+    }
+    return groups;
+  };
+  CHECK(groups_of(1, 80) == 1);    // fits the budget: the whole model in one iteration
+  CHECK(groups_of(2, 250) == 3);   // ceil(250 / 100)
+  CHECK(groups_of(3, 5000) == 8);  // at most one layer per iteration
+  CHECK(s.last_batch().entries.empty());
 }
 
 TEST_CASE("cost model: a prefill split in layer groups does the same layer work as a whole one",

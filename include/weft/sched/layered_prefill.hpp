@@ -38,6 +38,13 @@ struct layered_prefill_options {
   /// Prompt tokens of the prefills that advance together (admitted in the same iteration); the first
   /// one is admitted whatever its length (a prompt is never split by tokens). >= 1.
   std::int64_t max_prefill_tokens = 8192;
+  /// 0: every prefill takes layer_groups groups (the paper's fixed split). > 0: the group count of the
+  /// prefills admitted together is chosen at admission as clamp(ceil(their prompt tokens /
+  /// group_token_budget), 1, layers), so an iteration runs about group_token_budget prompt tokens' worth
+  /// of whole-model work whatever the prompt's length (a short prompt runs whole in one iteration, a
+  /// long one in many): weft's addition, to hold a TBT target on prompts of very different lengths as
+  /// Sarathi-Serve's token budget does. layer_groups is then unused (but still validated).
+  std::int64_t group_token_budget = 0;
 };
 
 /// Throws weft::error(invalid_argument) naming the field and the rule unless layers >= 1,
@@ -49,28 +56,45 @@ inline void validate(const layered_prefill_options& o, const char* where) {
   expects(o.max_running >= 1, errc::invalid_argument, where, "max_running must be >= 1, got ", o.max_running);
   expects(o.max_prefill_tokens >= 1, errc::invalid_argument, where, "max_prefill_tokens must be >= 1, got ",
           o.max_prefill_tokens);
+  expects(o.group_token_budget >= 0, errc::invalid_argument, where, "group_token_budget must be >= 0, got ",
+          o.group_token_budget);
 }
 
-/// Layered-prefill settings in one call, validated (see validate()). O(1). Thread-safe.
+/// Layered-prefill settings in one call, validated (see validate()): every prefill in layer_groups
+/// groups of the model's layers. O(1). Thread-safe.
 inline layered_prefill_options layered_prefill(int layers, int layer_groups, std::int64_t max_prefill_tokens = 8192,
                                                std::size_t max_running = 256) {
-  layered_prefill_options o{layers, layer_groups, max_running, max_prefill_tokens};
+  layered_prefill_options o{layers, layer_groups, max_running, max_prefill_tokens, 0};
   validate(o, "weft::sched::layered_prefill");
   return o;
 }
 
-/// Layer group g of o: [floor(g L / G), floor((g + 1) L / G)) of L layers. The G groups partition
-/// [0, L) in order, their sizes differ by at most one. Throws weft::error(out_of_range) unless
-/// 0 <= g < G (and invalid_argument for bad options). O(1). Thread-safe.
-inline layer_range layer_group(const layered_prefill_options& o, int g) {
+/// Layered-prefill settings whose group count follows the prompt (see group_token_budget), validated.
+/// O(1). Thread-safe.
+inline layered_prefill_options layered_prefill_budget(int layers, std::int64_t group_token_budget,
+                                                      std::int64_t max_prefill_tokens = 8192,
+                                                      std::size_t max_running = 256) {
+  layered_prefill_options o{layers, 1, max_running, max_prefill_tokens, group_token_budget};
+  validate(o, "weft::sched::layered_prefill_budget");
+  expects(group_token_budget >= 1, errc::invalid_argument, "weft::sched::layered_prefill_budget",
+          "group_token_budget must be >= 1, got ", group_token_budget);
+  return o;
+}
+
+/// Layer group g of `groups` over `layers` layers: [floor(g L / G), floor((g + 1) L / G)). The G groups
+/// partition [0, L) in order, their sizes differ by at most one. Throws weft::error(invalid_argument)
+/// unless 1 <= groups <= layers, and out_of_range unless 0 <= g < groups. O(1). Thread-safe.
+inline layer_range layer_group(int layers, int groups, int g) {
   constexpr const char* where = "weft::sched::layer_group";
-  validate(o, where);
-  expects(g >= 0 && g < o.layer_groups, errc::out_of_range, where, "group must be in [0, ", o.layer_groups, "), got ",
-          g);
-  const auto bound = [&](int k) {
-    return static_cast<int>(static_cast<std::int64_t>(k) * o.layers / o.layer_groups);
-  };
-  return {bound(g), bound(g + 1), o.layers};
+  expects(layers >= 1 && groups >= 1 && groups <= layers, errc::invalid_argument, where,
+          "need 1 <= groups <= layers, got ", groups, " groups of ", layers, " layers");
+  expects(g >= 0 && g < groups, errc::out_of_range, where, "group must be in [0, ", groups, "), got ", g);
+  const auto bound = [&](int k) { return static_cast<int>(static_cast<std::int64_t>(k) * layers / groups); };
+  return {bound(g), bound(g + 1), layers};
+}
+/// Layer group g of o's fixed split (o.layer_groups groups of o.layers). O(1). Thread-safe.
+inline layer_range layer_group(const layered_prefill_options& o, int g) {
+  return layer_group(o.layers, o.layer_groups, g);
 }
 
 /// Each schedule(now): (1) every running decode gets one token, oldest arrival first (when KV cannot
@@ -206,8 +230,8 @@ class layered_prefill_scheduler {
     if (decoded.empty())
       for (std::size_t k = 0; k < n; ++k) {
         const slot& s = running_[entry_slot_[k]];
-        expects(!batch_.entries[k].emits_token || is_done_[k] || !s.with_ids, errc::invalid_argument, where,
-                "request ", s.req.id, " carries token ids and emitted a token in the last batch: complete() needs ",
+        expects(!batch_.entries[k].emits_token || is_done_[k] || !s.with_ids, errc::invalid_argument, where, "request ",
+                s.req.id, " carries token ids and emitted a token in the last batch: complete() needs ",
                 "the decoded token of every entry (decoded is empty)");
       }
     // The KV manager first, in one transaction: computed KV (only once every layer has it), then frees.
@@ -288,6 +312,7 @@ class layered_prefill_scheduler {
     std::int64_t generated = 0;  // output tokens produced here
     std::int64_t room = 0;       // counted requests: tokens their blocks hold (decodes inside need no KV call)
     int group = 0;               // prefilling: the next layer group to run (0: not started)
+    int groups = 1;              // prefilling: the groups its prefill is split into
     token_id pending = 0;        // with ids: the latest sampled token, the next decode step's input
     bool with_ids = false;
     bool alive = true;
@@ -327,7 +352,7 @@ class layered_prefill_scheduler {
   void advance_prefills() {
     for (std::size_t i = 0; i < running_.size(); ++i) {
       const slot& s = running_[i];
-      if (s.alive && s.group > 0) add_entry(i, s.target - s.done, 0, layer_group(opt_, s.group));
+      if (s.alive && s.group > 0) add_entry(i, s.target - s.done, 0, layer_group(opt_.layers, s.groups, s.group));
     }
   }
 
@@ -398,15 +423,24 @@ class layered_prefill_scheduler {
         queue_.on_admit(s.req);
       }
       running_.push_back(std::move(s));
-      const std::size_t i = running_.size() - 1;
+      const slot& added = running_.back();
+      if (prefilling(added)) prompt_tokens += added.target - added.done;
+    }
+    // The admitted prompts' split: fixed, or from their tokens (group_token_budget).
+    int groups = opt_.layer_groups;
+    if (opt_.group_token_budget > 0)
+      groups = static_cast<int>(std::clamp<std::int64_t>(
+          prompt_tokens / opt_.group_token_budget + (prompt_tokens % opt_.group_token_budget != 0 ? 1 : 0), 1,
+          opt_.layers));
+    for (std::size_t i = first_new; i < running_.size(); ++i) {
+      if (!running_[i].alive) continue;
       if (prefilling(running_[i])) {
-        prompt_tokens += running_[i].target - running_[i].done;
-        add_entry(i, running_[i].target - running_[i].done, 0, layer_group(opt_, 0));
+        running_[i].groups = groups;
+        add_entry(i, running_[i].target - running_[i].done, 0, layer_group(opt_.layers, groups, 0));
+      } else if (grow_one(i)) {
+        add_entry(i, 0, 1, layer_range{});  // KV arrived ready: it decodes now if it can grow (no preemption)
       }
     }
-    // Requests whose KV arrived ready decode now if they can grow (no preemption for them).
-    for (std::size_t i = first_new; i < running_.size(); ++i)
-      if (running_[i].alive && !prefilling(running_[i]) && grow_one(i)) add_entry(i, 0, 1, layer_range{});
   }
 
   // A slot for running_[i]'s next decode input (with ids: the token itself goes to the KV manager).
@@ -451,6 +485,7 @@ class layered_prefill_scheduler {
     back.done = 0;
     back.room = 0;
     back.group = 0;
+    back.groups = 1;
     if (back.with_ids) {
       const auto t = kv_.tokens(back.req.id);
       back.tokens.assign(t.begin(), t.end());
@@ -472,7 +507,12 @@ class layered_prefill_scheduler {
   void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode, layer_range layers) {
     const slot& s = running_[i];
     const bool last = layers.reaches_output();
-    batch_entry e{s.req.id, s.req.client, prefill, decode, s.done + prefill + decode, last,
+    batch_entry e{s.req.id,
+                  s.req.client,
+                  prefill,
+                  decode,
+                  s.done + prefill + decode,
+                  last,
                   decode > 0 && s.with_ids ? s.pending : -1};
     e.layers = layers.all() ? layer_range{} : layers;
     batch_.entries.push_back(e);

@@ -268,7 +268,9 @@ class cost_model {
     if (p_.nano.nano_batches > 1 || p_.nano.overlap_engine) return iteration_s(shape_of(b));
     double total = 0.0, x = 0.0, heads = 0.0;
     for (const auto& e : b.entries) heads += e.layers.reaches_output() ? 1.0 : 0.0;
-    const auto begin_of = [](const batch_entry& e) { return e.layers.all() ? 0.0 : 1.0 * e.layers.begin / e.layers.of; };
+    const auto begin_of = [](const batch_entry& e) {
+      return e.layers.all() ? 0.0 : 1.0 * e.layers.begin / e.layers.of;
+    };
     const auto end_of = [](const batch_entry& e) { return e.layers.all() ? 1.0 : 1.0 * e.layers.end / e.layers.of; };
     while (x < 1.0) {
       double y = 1.0;  // the next cut after x
@@ -286,8 +288,8 @@ class cost_model {
         s.kv_read_tokens += ctx;
       }
       if (s.tokens > 0) {
-        const double per_layer = linear_layer_s(s.tokens) + attention_layer_s(s.attention_pairs, s.kv_read_tokens) +
-                                 tp_layer_s(s.tokens);
+        const double per_layer =
+            linear_layer_s(s.tokens) + attention_layer_s(s.attention_pairs, s.kv_read_tokens) + tp_layer_s(s.tokens);
         total += (y - x) * p_.model.layers * per_layer;
       }
       x = y;
