@@ -9,7 +9,8 @@
 // expert weights. The simulator is deterministic: one run gives the numbers; each point is re-run to
 // check that and its wall time is printed (median [min-max] of the runs).
 //
-//   bench_sched_layered [runs] [rows]    (defaults: 3 runs per point, the trace's first 4000 rows)
+//   bench_sched_layered [runs] [rows] [speedup]
+//     defaults: 3 runs per point, the trace's first 4000 rows, arrivals 2x the trace's rate
 #include <weft/sched.hpp>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -76,15 +78,17 @@ int main(int argc, char** argv) try {
   const sim::cost_model m(p, sim::load_vidur_profile(data_dir + "/vidur", "a100", "Llama-2-7b-hf", p.model.shape(), 1));
   sim::trace_options to;
   to.max_rows = rows;
-  to.time_scale = 0.25;  // 4x the trace's arrival rate: a loaded instance
+  const double speedup = argc > 3 ? std::atof(argv[3]) : 2.0;
+  if (!(speedup > 0)) throw std::invalid_argument("speedup must be > 0");
+  to.time_scale = 1.0 / speedup;  // the trace's arrivals, `speedup` times faster: a loaded, stable instance
   const sim::workload w = sim::read_azure_csv(data_dir + "/azure_llm_2023_conv.csv", to);
   const int layers = p.model.layers;
   std::printf(
       "Layered prefill vs chunked prefill (Sarathi-Serve): %zu requests of the Azure LLM 2023 conversation trace "
-      "at 4x its rate,\nLlama-2-7B on one A100 80GB (Vidur's measured profile, lean engine: 2 ms + 20 us per "
+      "at %.2gx its rate,\nLlama-2-7B on one A100 80GB (Vidur's measured profile, lean engine: 2 ms + 20 us per "
       "request), %d layers; FCFS, 256 running at most.\nDeterministic simulator: %d runs per point, wall time "
       "median [min-max].\n\n",
-      w.size(), layers, runs);
+      w.size(), speedup, layers, runs);
   const auto kv = [&] { return weft::kv::kv_manager<>(m.kv_manager_config(16)); };
   using chunked_t = ws::iteration_scheduler<>;
   using layered_t = ws::layered_prefill_scheduler<>;
