@@ -10,7 +10,8 @@
 // check that and its wall time is printed (median [min-max] of the runs).
 //
 //   bench_sched_layered [runs] [rows] [speedup]
-//     defaults: 3 runs per point, the trace's first 4000 rows, arrivals 2x the trace's rate
+//     defaults: 3 runs per point, the trace's first 4000 rows, arrivals at half the trace's rate (its first rows are a
+//     busy stretch)
 #include <weft/sched.hpp>
 
 #include <algorithm>
@@ -78,7 +79,7 @@ int main(int argc, char** argv) try {
   const sim::cost_model m(p, sim::load_vidur_profile(data_dir + "/vidur", "a100", "Llama-2-7b-hf", p.model.shape(), 1));
   sim::trace_options to;
   to.max_rows = rows;
-  const double speedup = argc > 3 ? std::atof(argv[3]) : 2.0;
+  const double speedup = argc > 3 ? std::atof(argv[3]) : 0.5;
   if (!(speedup > 0)) throw std::invalid_argument("speedup must be > 0");
   to.time_scale = 1.0 / speedup;  // the trace's arrivals, `speedup` times faster: a loaded, stable instance
   const sim::workload w = sim::read_azure_csv(data_dir + "/azure_llm_2023_conv.csv", to);
