@@ -580,7 +580,7 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
       p.fork_pending = false;
       for (int k = 1; k < p.w.samples && static_cast<std::size_t>(k) < best.size(); ++k) {
         const request_id child(next_id++);
-        if constexpr (requires { s.fork(parent, child, best[0]); }) {
+        if constexpr (requires(Sched & x, request_id a, token_id t) { x.fork(a, a, t); }) {
           if (!s.fork(parent, child, best[static_cast<std::size_t>(k)])) continue;  // batch full: no sample
         } else {
           continue;  // a scheduler without fork(): no parallel samples
