@@ -12,6 +12,10 @@
 //   forward(b.entries)                           ids: kv.tokens(id) for prefill, entry.token for a decode;
 //                                                K/V written to and read from kv.blocks(id)'s slots
 //   sched.complete(finished, sampled)            feeds the sampled tokens back; computed KV gets published
+//
+// It also runs layered prefill (weft::sched::layered_prefill_scheduler; Lee et al., arXiv 2510.08055,
+// 2025): an entry whose `layers` is a group [a, b) of the model's layers runs only those layers, starting
+// from the hidden states its request's previous group left, which the engine holds until the next one.
 #pragma once
 
 #include <weft/core/random.hpp>
@@ -396,9 +400,13 @@ class engine {
     const std::size_t bs = kvm.block_size(), d = static_cast<std::size_t>(m_.width());
     // Every token of the step: its request, position, id and residual vector.
     tokens_.clear();
+    first_.assign(b.entries.size(), 0);
     for (std::size_t e = 0; e < b.entries.size(); ++e) {
       const auto& en = b.entries[e];
+      if (!en.layers.all() && en.layers.of != m_.layers())
+        throw std::invalid_argument("mini_engine: a batch entry's layer range is not over the model's layers");
       const auto ids = kvm.tokens(en.id);
+      first_[e] = tokens_.size();
       for (std::int64_t p = en.first_position(); p < en.context_tokens; ++p)
         tokens_.push_back({e, p, en.decode_tokens > 0 ? en.token : ids[static_cast<std::size_t>(p)]});
     }
@@ -407,13 +415,26 @@ class engine {
     att_.resize(x_.size());
     scratch_.resize(d);
     for (std::size_t t = 0; t < tokens_.size(); ++t) {
-      const auto& sp = specs.at(b.entries[tokens_[t].entry].id);
+      const auto& en = b.entries[tokens_[t].entry];
+      if (!en.layers.all() && en.layers.begin > 0) {
+        // Layered prefill: the residual its previous layer group left.
+        const std::vector<float>& held = held_.at(en.id);
+        std::copy_n(held.begin() + static_cast<std::ptrdiff_t>((t - first_[tokens_[t].entry]) * d), d, &x_[t * d]);
+        continue;
+      }
+      const auto& sp = specs.at(en.id);
       m_.embed(tokens_[t].id, tokens_[t].pos, sp.adapter, sp.media, &x_[t * d]);
     }
+    // Whether token t's entry runs layer l (every entry but a layered prefill's runs them all).
+    const auto runs = [&](std::size_t t, int l) {
+      const weft::sched::layer_range& r = b.entries[tokens_[t].entry].layers;
+      return r.all() || (l >= r.begin && l < r.end);
+    };
     for (int l = 0; l < m_.layers(); ++l) {
       const auto layer = static_cast<std::size_t>(l);
       // All of this step's K and V first, into their slots; then attention, which reads them.
       for (std::size_t t = 0; t < tokens_.size(); ++t) {
+        if (!runs(t, l)) continue;
         const auto blocks = kvm.blocks(b.entries[tokens_[t].entry].id);
         const auto pos = static_cast<std::size_t>(tokens_[t].pos);
         const weft::kv::block_id blk = blocks[pos / bs];
@@ -421,6 +442,7 @@ class engine {
                scratch_.data());
       }
       for (std::size_t t = 0; t < tokens_.size(); ++t) {
+        if (!runs(t, l)) continue;
         const auto blocks = kvm.blocks(b.entries[tokens_[t].entry].id);
         m_.attend(
             &q_[t * d], tokens_[t].pos + 1,
@@ -431,7 +453,19 @@ class engine {
             },
             &att_[t * d], scores_);
       }
-      for (std::size_t t = 0; t < tokens_.size(); ++t) m_.finish_layer(l, &x_[t * d], &att_[t * d], mlp_);
+      for (std::size_t t = 0; t < tokens_.size(); ++t)
+        if (runs(t, l)) m_.finish_layer(l, &x_[t * d], &att_[t * d], mlp_);
+    }
+    // A layered prefill short of the last layer: hold its residuals for its next group.
+    for (std::size_t e = 0; e < b.entries.size(); ++e) {
+      const auto& en = b.entries[e];
+      if (en.layers.reaches_output()) {
+        held_.erase(en.id);
+        continue;
+      }
+      const std::size_t n = static_cast<std::size_t>(en.context_tokens - en.first_position());
+      held_[en.id].assign(x_.begin() + static_cast<std::ptrdiff_t>(first_[e] * d),
+                          x_.begin() + static_cast<std::ptrdiff_t>((first_[e] + n) * d));
     }
     stats.computed_tokens += tokens_.size();
     // Sampling: the last token of each emitting entry.
@@ -458,6 +492,8 @@ class engine {
   kv_tensor& kv_;
   faults f_;
   std::vector<step_token> tokens_;
+  std::vector<std::size_t> first_;                 // first_[e]: index in tokens_ of entry e's first token
+  std::map<request_id, std::vector<float>> held_;  // layered prefills between groups: their residuals
   std::vector<float> x_, q_, att_, scratch_, scores_, mlp_, logits_;
 };
 
@@ -549,7 +585,11 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
       p.fork_pending = false;
       for (int k = 1; k < p.w.samples && static_cast<std::size_t>(k) < best.size(); ++k) {
         const request_id child(next_id++);
-        if (!s.fork(parent, child, best[static_cast<std::size_t>(k)])) continue;  // batch full: no sample
+        if constexpr (requires(Sched & x, request_id a, token_id t) { x.fork(a, a, t); }) {
+          if (!s.fork(parent, child, best[static_cast<std::size_t>(k)])) continue;  // batch full: no sample
+        } else {
+          continue;  // a scheduler without fork(): no parallel samples
+        }
         live c = p;
         c.w.id = child;
         c.w.samples = 1;

@@ -14,6 +14,7 @@
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/hit_rate_aware_queue.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/layered_prefill.hpp>
 #include <weft/sched/prefill_first_scheduler.hpp>
 #include <weft/sched/prefix_aware_queue.hpp>
 #include <weft/sched/prefix_group_queue.hpp>

@@ -23,10 +23,28 @@ struct kv_transfer {
   std::int64_t bytes = 0;
 };
 
+/// The layers a batch entry runs through: [begin, end) of `of` equal-sized scheduling layers (the
+/// default, of == 0, is every layer: the whole forward pass). Layered prefill (layered_prefill.hpp)
+/// runs a prompt through one group of layers per iteration; a cost model scales the range to its own
+/// layer count by the fraction (end - begin) / of.
+struct layer_range {
+  int begin = 0;
+  int end = 0;
+  int of = 0;  ///< the scheduler's layer count; 0: all layers (begin and end unused)
+  /// True when the entry runs the whole model. O(1).
+  constexpr bool all() const noexcept { return of == 0 || (begin == 0 && end == of); }
+  /// True when the entry's last layer is the model's last (its logits exist: it may sample). O(1).
+  constexpr bool reaches_output() const noexcept { return of == 0 || end == of; }
+  /// The share of the model's layers it covers, in (0, 1]. O(1).
+  constexpr double fraction() const noexcept { return of == 0 ? 1.0 : static_cast<double>(end - begin) / of; }
+  friend constexpr bool operator==(const layer_range&, const layer_range&) = default;
+};
+
 /// One request's share of an iteration. The step computes the KV of the request's tokens at
 /// positions [first_position(), context_tokens) — prompt (or recompute) tokens while prefilling, whose
 /// ids the KV manager holds (kv().tokens(id)); else one decode token, `token` — and, when emits_token,
-/// samples the next token from the last position's logits.
+/// samples the next token from the last position's logits. By default the step runs every layer; see
+/// `layers` for an entry of a layered prefill.
 struct batch_entry {
   request_id id{};
   client_id client{};
@@ -35,6 +53,10 @@ struct batch_entry {
   std::int64_t context_tokens = 0;  ///< tokens whose KV this entry reads (attention), after the step
   bool emits_token = false;         ///< true when this step produces an output token
   token_id token = -1;              ///< a decode step's input: the request's latest sampled token (-1: prefill)
+  /// The layers this step runs (default: all). A prefill entry over part of the layers computes its
+  /// tokens' hidden states and KV in those layers only; the request's later entries continue from the
+  /// hidden state at `layers.end`, and only the entry that reaches the last layer may emit a token.
+  layer_range layers{};
   /// Position of the first token this step computes. O(1).
   std::int64_t first_position() const noexcept { return context_tokens - prefill_tokens - decode_tokens; }
 };

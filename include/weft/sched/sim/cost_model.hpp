@@ -247,18 +247,69 @@ class cost_model {
   double iteration_s(double tokens, double attention_pairs, double kv_read_tokens) const noexcept {
     return iteration_s(iteration_shape{tokens, attention_pairs, kv_read_tokens, 1.0});
   }
-  /// Seconds for a scheduler batch (swap copies not included; see transfer_s).
-  double iteration_s(const batch& b) const noexcept { return iteration_s(shape_of(b)); }
+  /// Seconds for a scheduler batch (swap copies not included; see transfer_s). A batch whose entries
+  /// all run every layer is iteration_s(shape_of(b)); one with layer-group entries (layered prefill)
+  /// is priced per stretch of layers, see layered_iteration_s.
+  double iteration_s(const batch& b) const noexcept {
+    if (std::all_of(b.entries.begin(), b.entries.end(), [](const batch_entry& e) { return e.layers.all(); }))
+      return iteration_s(shape_of(b));
+    return layered_iteration_s(b);
+  }
 
-  /// The iteration shape of a batch: token i of a chunk of n attends to ctx - n + i + 1 tokens.
+  /// A batch with layer-group entries (layered prefill, sched/layered_prefill.hpp): the model's layers
+  /// are cut where any entry's range begins or ends (ranges scale to model.layers by their fraction),
+  /// and each stretch of layers costs what a layer costs for the entries that run it (linear operators
+  /// of their tokens — each layer's weights read once per iteration however many entries pass it —,
+  /// their attention, their all-reduces) times its layer count; plus the iteration and per-request
+  /// overheads, the LM head for the entries that reach the last layer, and the stage sends of the
+  /// layer-weighted tokens. With params().nano set it falls back to the overlap model over shape_of(b),
+  /// whose entries count by their fraction of the layers. O(E * S) (S stretches, at most 2E + 1).
+  double layered_iteration_s(const batch& b) const noexcept {
+    if (p_.nano.nano_batches > 1 || p_.nano.overlap_engine) return iteration_s(shape_of(b));
+    double total = 0.0, x = 0.0, heads = 0.0;
+    for (const auto& e : b.entries) heads += e.layers.reaches_output() ? 1.0 : 0.0;
+    const auto begin_of = [](const batch_entry& e) {
+      return e.layers.all() ? 0.0 : 1.0 * e.layers.begin / e.layers.of;
+    };
+    const auto end_of = [](const batch_entry& e) { return e.layers.all() ? 1.0 : 1.0 * e.layers.end / e.layers.of; };
+    while (x < 1.0) {
+      double y = 1.0;  // the next cut after x
+      for (const auto& e : b.entries) {
+        if (const double lo = begin_of(e); lo > x) y = std::min(y, lo);
+        if (const double hi = end_of(e); hi > x) y = std::min(y, hi);
+      }
+      iteration_shape s;
+      for (const auto& e : b.entries) {
+        if (begin_of(e) > x || end_of(e) < y) continue;  // does not run this stretch
+        const double n = static_cast<double>(e.prefill_tokens + e.decode_tokens);
+        const double ctx = static_cast<double>(e.context_tokens);
+        s.tokens += n;
+        s.attention_pairs += n * (ctx - (n - 1.0) / 2.0);
+        s.kv_read_tokens += ctx;
+      }
+      if (s.tokens > 0) {
+        const double per_layer =
+            linear_layer_s(s.tokens) + attention_layer_s(s.attention_pairs, s.kv_read_tokens) + tp_layer_s(s.tokens);
+        total += (y - x) * p_.model.layers * per_layer;
+      }
+      x = y;
+    }
+    const iteration_shape whole = shape_of(b);
+    return p_.iteration_overhead_s + p_.per_request_overhead_s * whole.requests + total + head_s(heads) +
+           pipeline_send_s(whole.tokens);
+  }
+
+  /// The iteration shape of a batch: token i of a chunk of n attends to ctx - n + i + 1 tokens. An
+  /// entry over part of the layers (batch_entry::layers) counts by its fraction of them.
   static iteration_shape shape_of(const batch& b) noexcept {
     iteration_shape s;
     for (const auto& e : b.entries) {
       const double n = static_cast<double>(e.prefill_tokens + e.decode_tokens);
       const double ctx = static_cast<double>(e.context_tokens);
-      s.tokens += n;
-      s.attention_pairs += n * (ctx - (n - 1.0) / 2.0);
-      s.kv_read_tokens += ctx;
+      const double f = e.layers.fraction();  // 1 for a whole-model entry: the products are exact
+      s.tokens += n * f;
+      s.attention_pairs += n * (ctx - (n - 1.0) / 2.0) * f;
+      s.kv_read_tokens += ctx * f;
     }
     s.requests = static_cast<double>(b.entries.size());
     return s;
