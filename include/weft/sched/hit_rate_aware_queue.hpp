@@ -4,6 +4,7 @@
 #pragma once
 
 #include <weft/core/error.hpp>
+#include <weft/sched/concepts.hpp>
 #include <weft/sched/request.hpp>
 
 #include <algorithm>
