@@ -1,8 +1,10 @@
 // Shared-memory transport: ranks are processes on one host that map one POSIX shared memory
 // segment holding a single-producer/single-consumer byte ring per ordered pair of ranks and a
 // doorbell word per rank. A frame's header and payload go into the ring with one copy and one
-// publish; waiters poll (spinning while every rank has a core, yielding when the host is
-// oversubscribed), then sleep on the doorbell with futex(2) (Drepper, "Futexes are tricky", 2011).
+// publish, padded to whole cache lines; a small message goes eager (header and payload published
+// together in one store, one doorbell, taken whole by the receiver); waiters poll (spinning while every rank has a
+// core, yielding when the host is oversubscribed), then sleep on the doorbell with futex(2) (Drepper, "Futexes are
+// tricky", 2011).
 #pragma once
 
 #include <weft/comm/concepts.hpp>
@@ -45,11 +47,15 @@ struct shm_options {
   /// from the sender's buffer with process_vm_readv(2) (one copy instead of two, as OpenMPI's
   /// vader BTL does with CMA). SIZE_MAX turns this off (e.g. where ptrace is restricted).
   std::size_t single_copy_min = std::size_t{64} << 10;
+  /// Messages of at most this many bytes go eager: header and payload in whole cache lines of the
+  /// ring, published with one store and one doorbell, never split. At most 64 KiB and at most
+  /// ring_bytes / 2 (so an eager frame always fits); 0 turns it off.
+  std::size_t eager_max = 2048;
 };
 
 namespace detail {
 
-inline constexpr std::uint64_t shm_magic = 0x7765667473686d31ull;  // "weftshm1"
+inline constexpr std::uint64_t shm_magic = 0x7765667473686d32ull;  // "weftshm2": frames padded to 64 bytes
 inline constexpr int shm_max_ranks = 64;
 
 struct alignas(64) shm_doorbell {
@@ -67,6 +73,7 @@ struct alignas(64) shm_header {  // a multiple of 64 bytes, so the doorbells aft
   std::int32_t size = 0;
   std::atomic<std::int32_t> attached{0};
   std::uint64_t ring_bytes = 0;
+  std::uint64_t eager_max = 0;  // every rank must agree: a bigger eager frame is a protocol error
   std::int32_t pids[shm_max_ranks] = {};
 };
 
@@ -116,7 +123,11 @@ class shm_link {
   /// Copies a prefix of the parts into the ring to `peer` and publishes it at once (one release
   /// store, one doorbell). When the ring cannot take everything, marks the ring so the consumer
   /// rings back once it frees room.
-  std::size_t write_some(int peer, int, const io_part* parts, int count) {
+  std::size_t write_some(int peer, int, const io_part* parts, int count) { return write(peer, parts, count, false); }
+  /// write_some for an eager frame: all of the parts or nothing, so the consumer finds the frame
+  /// whole at its first look (one publish, one doorbell, no second wake for the payload).
+  std::size_t write_whole(int peer, int, const io_part* parts, int count) { return write(peer, parts, count, true); }
+  std::size_t write(int peer, const io_part* parts, int count, bool whole) {
     auto& c = ctl(rank_, peer);
     const std::uint64_t head = c.head.load(std::memory_order_relaxed);
     // The consumer's tail as last seen: looking at the real one costs a cache line from the other
@@ -134,6 +145,7 @@ class shm_link {
       tail = c.tail.load(std::memory_order_seq_cst);
       room = ring_ - static_cast<std::size_t>(head - tail);
     }
+    if (whole && room < want) return 0;  // the consumer rings once it frees room (writer_waiting)
     std::size_t done = 0;
     std::byte* bytes = data(rank_, peer);
     for (int i = 0; i < count && done < room; ++i) {
@@ -288,6 +300,9 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
     expects(rank >= 0 && rank < size, errc::invalid_argument, where, "rank ", rank, " must be in [0, ", size, ")");
     expects(opt.ring_bytes >= 4096 && (opt.ring_bytes & (opt.ring_bytes - 1)) == 0, errc::invalid_argument, where,
             "ring_bytes ", opt.ring_bytes, " must be a power of two >= 4096");
+    expects(opt.eager_max <= detail::max_eager_bytes && opt.eager_max <= opt.ring_bytes / 2, errc::invalid_argument,
+            where, "eager_max ", opt.eager_max, " must be at most ", detail::max_eager_bytes,
+            " and at most ring_bytes / 2 (", opt.ring_bytes / 2, ")");
     expects(!name.empty() && name[0] == '/' && name.find('/', 1) == std::string::npos, errc::invalid_argument, where,
             "name '", name, "' must look like \"/something\"");
     bytes_ = detail::shm_link::layout_bytes(size, opt.ring_bytes);
@@ -322,6 +337,7 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
         // ftruncate zero-filled the segment, which is every atomic's initial state; publish last.
         h.size = size;
         h.ring_bytes = opt.ring_bytes;
+        h.eager_max = opt.eager_max;
         h.pids[0] = static_cast<std::int32_t>(::getpid());  // before the magic: peers check it is alive
         h.magic.store(detail::shm_magic, std::memory_order_release);
       }
@@ -330,9 +346,9 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
                 "' was never initialised by rank 0");
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      expects(h.size == size && h.ring_bytes == opt.ring_bytes, errc::mismatch, where, "rank ", rank, " expects size ",
-              size, " and ring_bytes ", opt.ring_bytes, " but rank 0 created size ", h.size, " and ring_bytes ",
-              h.ring_bytes);
+      expects(h.size == size && h.ring_bytes == opt.ring_bytes && h.eager_max == opt.eager_max, errc::mismatch, where,
+              "rank ", rank, " expects size ", size, ", ring_bytes ", opt.ring_bytes, " and eager_max ", opt.eager_max,
+              " but rank 0 created size ", h.size, ", ring_bytes ", h.ring_bytes, " and eager_max ", h.eager_max);
       h.pids[rank] = static_cast<std::int32_t>(::getpid());
       h.attached.fetch_add(1, std::memory_order_acq_rel);
       while (h.attached.load(std::memory_order_acquire) < size) {
@@ -349,6 +365,8 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
     detail::engine_config cfg;
     cfg.waiting = opt.waiting;
     cfg.local_ranks = size;
+    cfg.frame_align = 64;
+    cfg.eager_max = opt.eager_max;
     engine_ = std::make_unique<detail::stream_engine<detail::shm_link>>(*link_, rank, size, 1, SIZE_MAX,
                                                                         "weft::comm::shm_transport", cfg);
   }
