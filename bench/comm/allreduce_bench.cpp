@@ -4,7 +4,7 @@
 // size to its successor while receiving from its predecessor: a reference rate, not a bound).
 // Usage: bench_comm_allreduce --transport tcp|shm --ranks N [--min B] [--max B] [--iters I]
 //        [--reps R] [--round K] [--out file.csv] [--algos ring,tree,...] [--wait MODE]
-//        [--tune-out table.csv | --tune-in table.csv] [--reference 1]
+//        [--tune-out table.csv | --tune-in table.csv] [--reference 1] [--label-wait 1]
 #include "common.hpp"
 
 #include <weft/comm.hpp>
@@ -93,6 +93,10 @@ void sweep(Tr& t, const bench::flags& f) {
     table = read_table(f.tune_in);
   }
   const bool with_auto = !table.entries.empty() && table.ranks == t.size();
+  // With --label-wait the rows say which wait mode was asked for and which one is in force (what
+  // automatic resolved to on this host), so wait_modes.sh can compare them.
+  const std::string impl =
+      f.label_wait ? "weft-" + f.wait + "=" + std::string(wc::to_string(t.waiting())) : std::string("weft");
   std::vector<float> buf(f.max_bytes / sizeof(float), 0.0f);
   std::vector<std::byte> in(f.max_bytes);
   for (std::size_t bytes : sizes) {
@@ -112,7 +116,7 @@ void sweep(Tr& t, const bench::flags& f) {
       std::string label = name;
       if (opt.algo == wc::algorithm::automatic)
         label = "automatic=" + std::string(wc::to_string(wc::resolve_automatic(bytes, t.size(), opt)));
-      if (r == 0) bench::row(f, "weft", f.transport, label, bytes, s);
+      if (r == 0) bench::row(f, impl, f.transport, label, bytes, s);
     }
     if (f.reference && t.size() > 1) {
       const int next = (r + 1) % t.size(), prev = (r + t.size() - 1) % t.size();

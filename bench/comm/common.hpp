@@ -32,6 +32,7 @@ struct flags {
   std::string tune_in = "";        // weft: read the table from here (and measure "automatic")
   int tune_reps = 5;               // weft: batches per candidate when tuning
   bool reference = false;          // weft: also measure the transport's streaming reference
+  bool label_wait = false;         // weft: name rows "weft-<wait mode>=<mode in force>" (wait_modes.sh)
 };
 
 inline flags parse(int argc, char** argv) {
@@ -74,6 +75,8 @@ inline flags parse(int argc, char** argv) {
       f.tune_reps = std::atoi(v.c_str());
     else if (k == "--reference")
       f.reference = v == "1";
+    else if (k == "--label-wait")
+      f.label_wait = v == "1";
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       std::exit(2);
