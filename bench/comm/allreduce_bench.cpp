@@ -4,7 +4,10 @@
 // size to its successor while receiving from its predecessor: a reference rate, not a bound).
 // Usage: bench_comm_allreduce --transport tcp|shm --ranks N [--min B] [--max B] [--iters I]
 //        [--reps R] [--round K] [--out file.csv] [--algos ring,tree,...] [--wait MODE]
-//        [--tune-out table.csv | --tune-in table.csv] [--reference 1] [--label-wait 1]
+//        [--tune-out table.csv | --tune-in table.csv] [--reference 1] [--label-wait 1] [--bind 1]
+// --bind 1 binds rank r to the r-th core this process may use when the ranks fit the cores (and
+// leaves them unbound otherwise), which is what mpirun does by default for up to 2 processes, so
+// the comparison with OpenMPI is between equally placed processes.
 #include "common.hpp"
 
 #include <weft/comm.hpp>
@@ -16,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include <sched.h>
 #include <unistd.h>
 
 namespace wc = weft::comm;
@@ -132,6 +136,23 @@ void sweep(Tr& t, const bench::flags& f) {
   }
 }
 
+void bind_to_core(int rank, int ranks) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || ranks > CPU_COUNT(&allowed)) return;
+  int seen = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    if (seen++ == rank) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      ::sched_setaffinity(0, sizeof one, &one);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -146,6 +167,7 @@ int main(int argc, char** argv) {
   const auto res = wc::fork_ranks(
       f.ranks,
       [&](int r) {
+        if (f.bind) bind_to_core(r, f.ranks);
         wc::wait_options w;
         for (auto m : {wc::wait_mode::automatic, wc::wait_mode::spin, wc::wait_mode::yield, wc::wait_mode::block})
           if (wc::to_string(m) == f.wait) w.mode = m;

@@ -32,6 +32,7 @@ struct flags {
   std::string tune_in = "";        // weft: read the table from here (and measure "automatic")
   int tune_reps = 5;               // weft: batches per candidate when tuning
   bool reference = false;          // weft: also measure the transport's streaming reference
+  bool bind = false;               // weft: bind rank r to the r-th allowed core when the ranks fit (as mpirun)
   bool label_wait = false;         // weft: name rows "weft-<wait mode>=<mode in force>" (wait_modes.sh)
 };
 
@@ -75,6 +76,8 @@ inline flags parse(int argc, char** argv) {
       f.tune_reps = std::atoi(v.c_str());
     else if (k == "--reference")
       f.reference = v == "1";
+    else if (k == "--bind")
+      f.bind = v == "1";
     else if (k == "--label-wait")
       f.label_wait = v == "1";
     else {

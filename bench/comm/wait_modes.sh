@@ -2,7 +2,8 @@
 # Spin against yield (and what automatic picks) for weft's shm transport, beside OpenMPI's vader
 # in the same interleaved rounds: n ranks that fit the cores and n ranks that oversubscribe them,
 # at a latency size and a bandwidth size. Prints median [min-max] over rounds per mode, the
-# fastest mode, the mode automatic resolved to, and each mode / OpenMPI.
+# fastest mode, the mode automatic resolved to, and each mode / OpenMPI. Ranks are bound to a core
+# each when they fit (as mpirun binds OpenMPI's), unbound otherwise.
 # Usage: bench/comm/wait_modes.sh <build-dir> [--ranks "2 4"] [--rounds 5] [--sizes "1024 1048576"]
 set -euo pipefail
 build=${1:?usage: bench/comm/wait_modes.sh <build-dir> [--ranks "2 4"] [--rounds R] [--sizes "B ..."]}
@@ -30,7 +31,7 @@ for ((r = 1; r <= rounds; ++r)); do
       algo=recursive_doubling; [[ $b -ge 262144 ]] && algo=ring
       for mode in spin yield automatic; do
         "$bin/bench_comm_allreduce" --transport shm --ranks "$n" --round "$r" --min "$b" --max "$b" \
-          --algos "$algo" --wait "$mode" --label-wait 1 --out "$csv" > /dev/null
+          --algos "$algo" --wait "$mode" --label-wait 1 --bind 1 --out "$csv" > /dev/null
       done
       OMPI_MCA_btl=self,vader mpirun --allow-run-as-root --oversubscribe -n "$n" \
         "$bin/bench_comm_mpi" --transport shm --ranks "$n" --round "$r" --min "$b" --max "$b" --out "$csv" > /dev/null

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <vector>
+#include <sched.h>
 #include <unistd.h>
 
 namespace wc = weft::comm;
@@ -167,4 +168,33 @@ TEST_CASE("shm transport: eager_max is validated and must agree between ranks", 
     ::_exit(3);
   });
   CHECK(res.status == std::vector<int>{42, 42});
+}
+
+TEST_CASE("shm transport: automatic waiting counts the cores of every rank's affinity together", "[comm][shm]") {
+  namespace wd = weft::comm::detail;
+  CHECK(wd::resolve_wait_mode(wc::wait_mode::automatic, 2, 2) == wc::wait_mode::spin);
+  CHECK(wd::resolve_wait_mode(wc::wait_mode::automatic, 4, 2) == wc::wait_mode::yield);
+  CHECK(wd::resolve_wait_mode(wc::wait_mode::yield, 1, 8) == wc::wait_mode::yield);
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(::sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE && cores.size() < 2; ++c)
+    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  // Each rank bound to a core of its own (as mpirun binds ranks): they fit, so they spin; both
+  // bound to one core: they do not, so they yield.
+  for (bool same : {false, true}) {
+    if (!same && cores.size() < 2) continue;
+    const std::string name = unique_name(same ? "bound-same" : "bound-own", 2);
+    auto res = wc::fork_ranks(2, [&](int r) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cores[same ? 0 : static_cast<std::size_t>(r)], &one);
+      if (::sched_setaffinity(0, sizeof one, &one) != 0) ::_exit(5);
+      wc::shm_transport t(name, r, 2);
+      ::_exit(t.waiting() == (same ? wc::wait_mode::yield : wc::wait_mode::spin) ? 0 : 6);
+    });
+    INFO("same core: " << same);
+    CHECK(res.status == std::vector<int>{0, 0});
+  }
 }

@@ -19,12 +19,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -75,6 +77,9 @@ struct alignas(64) shm_header {  // a multiple of 64 bytes, so the doorbells aft
   std::uint64_t ring_bytes = 0;
   std::uint64_t eager_max = 0;  // every rank must agree: a bigger eager frame is a protocol error
   std::int32_t pids[shm_max_ranks] = {};
+  // Each rank's CPU affinity (a cpu_set_t's bits), written before it counts itself attached: the
+  // union says how many cores the group may use, which the automatic wait mode needs.
+  std::uint64_t cpus[shm_max_ranks][sizeof(cpu_set_t) / 8] = {};
 };
 
 inline long futex(std::atomic<std::uint32_t>* addr, int op, std::uint32_t val, const timespec* ts) {
@@ -350,6 +355,13 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
               "rank ", rank, " expects size ", size, ", ring_bytes ", opt.ring_bytes, " and eager_max ", opt.eager_max,
               " but rank 0 created size ", h.size, ", ring_bytes ", h.ring_bytes, " and eager_max ", h.eager_max);
       h.pids[rank] = static_cast<std::int32_t>(::getpid());
+      {
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        if (::sched_getaffinity(0, sizeof mine, &mine) != 0)
+          for (int c = 0; c < static_cast<int>(std::thread::hardware_concurrency()); ++c) CPU_SET(c, &mine);
+        std::memcpy(h.cpus[rank], &mine, sizeof mine);
+      }
       h.attached.fetch_add(1, std::memory_order_acq_rel);
       while (h.attached.load(std::memory_order_acquire) < size) {
         expects(clock_type::now() < until, errc::timeout, where, "rank ", rank, ": only ", h.attached.load(), " of ",
@@ -357,6 +369,14 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       if (rank == 0) ::shm_unlink(name.c_str());
+      cpu_set_t all;  // every rank's mask is in: it wrote it before counting itself attached
+      CPU_ZERO(&all);
+      for (int q = 0; q < size; ++q) {
+        cpu_set_t theirs;
+        std::memcpy(&theirs, h.cpus[q], sizeof theirs);
+        CPU_OR(&all, &all, &theirs);
+      }
+      group_cores_ = std::max(1, CPU_COUNT(&all));
     } catch (...) {
       if (rank == 0) ::shm_unlink(name.c_str());
       ::munmap(base_, bytes_);
@@ -365,6 +385,7 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
     detail::engine_config cfg;
     cfg.waiting = opt.waiting;
     cfg.local_ranks = size;
+    cfg.local_cores = group_cores_;
     cfg.frame_align = 64;
     cfg.eager_max = opt.eager_max;
     engine_ = std::make_unique<detail::stream_engine<detail::shm_link>>(*link_, rank, size, 1, SIZE_MAX,
@@ -384,6 +405,7 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
   int rank_, size_;
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
+  int group_cores_ = 0;  // cores the ranks may run on together (union of their affinities)
   std::unique_ptr<detail::shm_link> link_;
 };
 

@@ -52,6 +52,10 @@ struct engine_config {
   wire_limits limits{};
   wait_options waiting{};
   int local_ranks = 0;  ///< ranks on this host; 0 means all of them (the size)
+  /// Cores those ranks may run on together; 0 means this process's affinity (available_cores()).
+  /// shm passes the union of every rank's affinity, so ranks that a launcher bound to one core
+  /// each (as mpirun does for as many ranks as cores) are seen to fit.
+  int local_cores = 0;
   /// Data frames are padded to a multiple of this (a power of two; shm: 64, a cache line, so each
   /// frame starts on a line of its own and the consumer never reads a line the producer is filling).
   std::size_t frame_align = 1;
@@ -74,10 +78,11 @@ inline int available_cores() noexcept {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-/// automatic → spin when the host's ranks fit its cores, yield otherwise.
-inline wait_mode resolve_wait_mode(wait_mode m, int local_ranks) noexcept {
+/// automatic → spin when the host's ranks fit the cores they may run on (`cores`; 0: this
+/// process's affinity), yield otherwise.
+inline wait_mode resolve_wait_mode(wait_mode m, int local_ranks, int cores = 0) noexcept {
   if (m != wait_mode::automatic) return m;
-  return local_ranks <= available_cores() ? wait_mode::spin : wait_mode::yield;
+  return local_ranks <= (cores > 0 ? cores : available_cores()) ? wait_mode::spin : wait_mode::yield;
 }
 
 /// A sequentially consistent fence (the Dekker-style wake-up protocols need one). ThreadSanitizer
@@ -187,7 +192,7 @@ class stream_engine {
         stripe_min_(stripe_min),
         name_(name),
         cfg_(cfg),
-        mode_(resolve_wait_mode(cfg.waiting.mode, cfg.local_ranks > 0 ? cfg.local_ranks : size)),
+        mode_(resolve_wait_mode(cfg.waiting.mode, cfg.local_ranks > 0 ? cfg.local_ranks : size, cfg.local_cores)),
         poll_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(mode_ == wait_mode::yield ? cfg.waiting.yield
                                                                                                 : cfg.waiting.spin)
                      .count()),
