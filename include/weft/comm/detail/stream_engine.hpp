@@ -1378,8 +1378,10 @@ class stream_engine {
     return true;
   }
 
-  // Writes what the streams take (an eager frame whole or not at all); once every piece is out
-  // (and single-copy ones read by the receiver), releases the write locks. Returns the progress.
+  // Writes what the streams take; once every piece is out (and single-copy ones read by the
+  // receiver), releases the write locks. Returns the progress. An eager frame's first write goes
+  // through the link's optional write_whole(peer, conn, parts, count) (all of the parts or none,
+  // so the receiver never finds half an eager frame); a link without one writes it as any other.
   std::size_t write_pieces(exchange_state& x) {
     std::size_t progressed = 0;
     x.send_done = true;
