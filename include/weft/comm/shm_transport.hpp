@@ -2,9 +2,9 @@
 // segment holding a single-producer/single-consumer byte ring per ordered pair of ranks and a
 // doorbell word per rank. A frame's header and payload go into the ring with one copy and one
 // publish, padded to whole cache lines; a small message goes eager (header and payload published
-// together in one store, one doorbell, taken whole by the receiver); waiters poll (spinning while every rank has a
-// core, yielding when the host is oversubscribed), then sleep on the doorbell with futex(2) (Drepper, "Futexes are
-// tricky", 2011).
+// together in one store, one doorbell, taken whole by the receiver); waiters poll (spinning while
+// every rank has a core, yielding when the host is oversubscribed), then sleep on the doorbell
+// with futex(2) (Drepper, "Futexes are tricky", 2011).
 #pragma once
 
 #include <weft/comm/concepts.hpp>
@@ -12,6 +12,7 @@
 #include <weft/comm/detail/stream_engine.hpp>
 #include <weft/core/error.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -19,15 +20,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -132,6 +132,7 @@ class shm_link {
   /// write_some for an eager frame: all of the parts or nothing, so the consumer finds the frame
   /// whole at its first look (one publish, one doorbell, no second wake for the payload).
   std::size_t write_whole(int peer, int, const io_part* parts, int count) { return write(peer, parts, count, true); }
+  /// Both of the above: `whole` writes nothing unless every part fits.
   std::size_t write(int peer, const io_part* parts, int count, bool whole) {
     auto& c = ctl(rank_, peer);
     const std::uint64_t head = c.head.load(std::memory_order_relaxed);
