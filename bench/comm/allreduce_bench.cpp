@@ -4,7 +4,7 @@
 // size to its successor while receiving from its predecessor: a reference rate, not a bound).
 // Usage: bench_comm_allreduce --transport tcp|shm --ranks N [--min B] [--max B] [--iters I]
 //        [--reps R] [--round K] [--out file.csv] [--algos ring,tree,...] [--wait MODE]
-//        [--tune-out table.csv | --tune-in table.csv] [--reference 1] [--label-wait 1] [--bind 1]
+//        [--tune-out table.csv | --tune-in table.csv] [--reference 1] [--label-wait 1] [--bind 1] [--ring B]
 // --bind 1 binds rank r to the r-th core this process may use when the ranks fit the cores (and
 // leaves them unbound otherwise), which is what mpirun does by default for up to 2 processes, so
 // the comparison with OpenMPI is between equally placed processes.
@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
         if (f.transport == "shm") {
           wc::shm_options o;
           o.waiting = w;
+          if (f.ring > 0) o.ring_bytes = f.ring;
           wc::shm_transport t("/weft-bench-" + tag, r, f.ranks, o);
           sweep(t, f);
         } else {

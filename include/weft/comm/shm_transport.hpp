@@ -40,7 +40,10 @@ namespace weft::comm {
 
 /// Options of an shm group; every rank must pass the same values.
 struct shm_options {
-  std::size_t ring_bytes = std::size_t{4} << 20;      ///< per ordered pair; a power of two >= 4096
+  /// Per ordered pair; a power of two >= 4096. Small (256 KiB) because only pieces below
+  /// single_copy_min pass through it, and a small ring keeps their cache lines hot: with 4 MiB a
+  /// 1 KiB message stream walked through 4 MiB of lines (and first-touch page faults) per pair.
+  std::size_t ring_bytes = std::size_t{256} << 10;
   std::chrono::milliseconds connect_timeout{30'000};  ///< how long to wait for all ranks to attach
   /// How a blocked rank waits: automatic spins when the ranks fit this host's cores and yields
   /// otherwise, sleeping in futex(2) once nothing happened for wait_options::spin / ::yield.
