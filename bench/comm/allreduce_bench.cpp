@@ -4,7 +4,10 @@
 // size to its successor while receiving from its predecessor: a reference rate, not a bound).
 // Usage: bench_comm_allreduce --transport tcp|shm --ranks N [--min B] [--max B] [--iters I]
 //        [--reps R] [--round K] [--out file.csv] [--algos ring,tree,...] [--wait MODE]
-//        [--tune-out table.csv | --tune-in table.csv] [--reference 1]
+//        [--tune-out table.csv | --tune-in table.csv] [--reference 1] [--label-wait 1] [--bind 1] [--ring B]
+// --bind 1 binds rank r to the r-th core this process may use when the ranks fit the cores (and
+// leaves them unbound otherwise), which is what mpirun does by default for up to 2 processes, so
+// the comparison with OpenMPI is between equally placed processes.
 #include "common.hpp"
 
 #include <weft/comm.hpp>
@@ -16,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include <sched.h>
 #include <unistd.h>
 
 namespace wc = weft::comm;
@@ -93,6 +97,10 @@ void sweep(Tr& t, const bench::flags& f) {
     table = read_table(f.tune_in);
   }
   const bool with_auto = !table.entries.empty() && table.ranks == t.size();
+  // With --label-wait the rows say which wait mode was asked for and which one is in force (what
+  // automatic resolved to on this host), so wait_modes.sh can compare them.
+  const std::string impl =
+      f.label_wait ? "weft-" + f.wait + "=" + std::string(wc::to_string(t.waiting())) : std::string("weft");
   std::vector<float> buf(f.max_bytes / sizeof(float), 0.0f);
   std::vector<std::byte> in(f.max_bytes);
   for (std::size_t bytes : sizes) {
@@ -112,7 +120,7 @@ void sweep(Tr& t, const bench::flags& f) {
       std::string label = name;
       if (opt.algo == wc::algorithm::automatic)
         label = "automatic=" + std::string(wc::to_string(wc::resolve_automatic(bytes, t.size(), opt)));
-      if (r == 0) bench::row(f, "weft", f.transport, label, bytes, s);
+      if (r == 0) bench::row(f, impl, f.transport, label, bytes, s);
     }
     if (f.reference && t.size() > 1) {
       const int next = (r + 1) % t.size(), prev = (r + t.size() - 1) % t.size();
@@ -124,6 +132,23 @@ void sweep(Tr& t, const bench::flags& f) {
       once();
       const double s = time_batches(t, f, calls, once);
       if (r == 0) bench::row(f, "reference", f.transport, "ring_sendrecv", bytes, s, false);
+    }
+  }
+}
+
+void bind_to_core(int rank, int ranks) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || ranks > CPU_COUNT(&allowed)) return;
+  int seen = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    if (seen++ == rank) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      ::sched_setaffinity(0, sizeof one, &one);
+      return;
     }
   }
 }
@@ -142,12 +167,14 @@ int main(int argc, char** argv) {
   const auto res = wc::fork_ranks(
       f.ranks,
       [&](int r) {
+        if (f.bind) bind_to_core(r, f.ranks);
         wc::wait_options w;
         for (auto m : {wc::wait_mode::automatic, wc::wait_mode::spin, wc::wait_mode::yield, wc::wait_mode::block})
           if (wc::to_string(m) == f.wait) w.mode = m;
         if (f.transport == "shm") {
           wc::shm_options o;
           o.waiting = w;
+          if (f.ring > 0) o.ring_bytes = f.ring;
           wc::shm_transport t("/weft-bench-" + tag, r, f.ranks, o);
           sweep(t, f);
         } else {

@@ -32,6 +32,9 @@ struct flags {
   std::string tune_in = "";        // weft: read the table from here (and measure "automatic")
   int tune_reps = 5;               // weft: batches per candidate when tuning
   bool reference = false;          // weft: also measure the transport's streaming reference
+  std::size_t ring = 0;            // weft shm: shm_options::ring_bytes (0: the default)
+  bool bind = false;               // weft: bind rank r to the r-th allowed core when the ranks fit (as mpirun)
+  bool label_wait = false;         // weft: name rows "weft-<wait mode>=<mode in force>" (wait_modes.sh)
 };
 
 inline flags parse(int argc, char** argv) {
@@ -74,6 +77,12 @@ inline flags parse(int argc, char** argv) {
       f.tune_reps = std::atoi(v.c_str());
     else if (k == "--reference")
       f.reference = v == "1";
+    else if (k == "--ring")
+      f.ring = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--bind")
+      f.bind = v == "1";
+    else if (k == "--label-wait")
+      f.label_wait = v == "1";
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       std::exit(2);

@@ -88,8 +88,9 @@ for n in ranks:
               f"{rs(ratio(wa, gb)):>6} {rs(ratio(wa, mt)):>6} | {fmt_bw(sa):>24} {fmt_bw(ms):>24} {rs(ratio(sa, ms)):>6}")
     print("\n-- tuner regret: the picked algorithm's median time / the best algorithm's - 1, both from the same")
     print("   rounds (0 when the pick is the fastest); target <= 10%. 'auto row': the automatic call measured")
-    print("   on its own (the same algorithm, so it differs from the pick's row only by noise)")
-    worst = {}
+    print("   on its own (the same algorithm, so it differs from the pick's row only by noise); 'noise': how far")
+    print("   those two rows of one algorithm differ (|pick row / auto row - 1|): regrets below it are noise")
+    worst, noise = {}, {}
     for tr in ("tcp", "shm"):
         for s in sizes[n]:
             wa = stats(("weft", tr, n, "automatic", s))
@@ -103,10 +104,13 @@ for n in ranks:
                 continue
             regret = wp["t"] / wb["t"] - 1
             worst[tr] = max(worst.get(tr, -1), regret)
+            same = abs(wp["t"] / wa["t"] - 1) if wa else 0.0
+            noise[tr] = max(noise.get(tr, 0.0), same)
             print(f"{tr} {s:>10} B: pick {pick:<18} {wp['t']:10.2f} us   best {ab:<18} {wb['t']:10.2f} us   "
-                  f"regret {100 * regret:5.1f}%   (auto row {fmt_t(wa)})")
+                  f"regret {100 * regret:5.1f}%   (auto row {fmt_t(wa)}; noise {100 * same:4.1f}%)")
     for tr, w in worst.items():
-        print(f"{tr}: worst regret {100 * w:.1f}%")
+        print(f"{tr}: worst regret {100 * w:.1f}% (largest noise between two rows of one algorithm: "
+              f"{100 * noise.get(tr, 0.0):.1f}%)")
     print("\n-- bounds (every received byte is copied at least once (shm) / twice (loopback tcp); "
           "row / bound must be <= 1)")
     for tr in ("shm", "tcp"):

@@ -4,6 +4,8 @@
 # for each rank count, in interleaved rounds (each round runs every implementation once), so slow
 # spells of a shared machine hit all of them alike; plot.py reports the median and min-max over
 # rounds, the ratios, the tuner's regret and the bound check, and draws the PNG.
+# weft's ranks are bound to one core each when they fit the cores (--bind 1), as mpirun binds
+# OpenMPI's by default for up to 2 processes; with more ranks than cores neither is bound.
 # Round 1 of weft also runs autotune() and saves the table; later rounds load it (the tuner's pick
 # is then measured in batches independent of the ones that chose it).
 # Usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds 5] [--min B] [--max B] [--append]
@@ -41,7 +43,7 @@ for ((r = 1; r <= rounds; ++r)); do
       table="$out/comm_tuning_${tr}_${n}.csv"
       if [[ $r == 1 ]]; then tune=(--tune-out "$table"); else tune=(--tune-in "$table"); fi
       ref=0; [[ $tr == tcp ]] && ref=1
-      "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --round "$r" "${tune[@]}" --reference "$ref" \
+      "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --round "$r" "${tune[@]}" --reference "$ref" --bind 1 \
         "${sweep[@]}" > /dev/null
     done
     if [[ -x "$bin/bench_comm_gloo" ]]; then

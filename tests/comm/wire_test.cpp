@@ -303,3 +303,70 @@ TEST_CASE("descriptors: every field is reported in order, and survives the wire"
   const auto odd = wc::decode(std::span<const std::byte, wc::descriptor_wire_bytes>(buf, sizeof buf));
   CHECK(wc::first_difference(base, odd)->there == "unknown(200)");
 }
+
+namespace {
+// A rig whose link aligns frames to cache lines and has an eager path of `eager` bytes (as shm).
+void align(plain& r, std::size_t eager) {
+  r.cfg.frame_align = 64;
+  r.cfg.eager_max = eager;
+  r.make(2);
+}
+void append_pad(std::vector<std::byte>& out, std::size_t frame_bytes) {
+  out.insert(out.end(), wd::frame_pad(frame_bytes, 64), std::byte{0});
+}
+}  // namespace
+
+TEST_CASE("eager frames: at the limit eager, one byte over not, both padded to cache lines", "[comm][wire]") {
+  plain r;
+  align(r, 128);
+  const auto until = wc::clock_type::now() + std::chrono::seconds(5);
+  for (std::size_t n : {std::size_t{128}, std::size_t{129}, std::size_t{0}}) {
+    const std::vector<std::byte> out(n, std::byte{3});
+    const std::size_t before = r.link.out.size();
+    r.engine->send(1, wc::msg_tag{2, 0}, std::span<const std::byte>(out), until);
+    const std::size_t wrote = r.link.out.size() - before;
+    INFO("n=" << n);
+    CHECK(wrote % 64 == 0);
+    CHECK(wrote == wd::frame_header_bytes + n + wd::frame_pad(wd::frame_header_bytes + n, 64));
+    const auto flags = static_cast<std::uint8_t>(r.link.out[before + 3]);
+    CHECK(((flags & wd::frame_flag_inline) != 0) == (n <= 128));
+  }
+  // And received: an eager frame at the limit, a plain one over it, each followed by its pad.
+  frame_spec f;
+  f.channel = 4;
+  f.flags = wd::frame_flag_inline;
+  f.total = f.piece = 128;
+  append_header(r.link.in, f);
+  r.link.in.insert(r.link.in.end(), 128, std::byte{5});
+  append_pad(r.link.in, 32 + 128);
+  append_data(r.link.in, 4, 0, 129);
+  append_pad(r.link.in, 32 + 129);
+  r.link.max_read = 7;  // the pad arrives in pieces too
+  std::vector<std::byte> a(128), b(129);
+  r.engine->recv(1, wc::msg_tag{4, 0}, std::span<std::byte>(a), until);
+  r.engine->recv(1, wc::msg_tag{4, 0}, std::span<std::byte>(b), until);
+  CHECK(a == std::vector<std::byte>(128, std::byte{5}));
+  CHECK(b == std::vector<std::byte>(129, std::byte{7}));
+  CHECK(r.link.at == r.link.in.size());
+}
+
+TEST_CASE("a hostile eager frame (too long, split, or on a link without an eager path) is refused", "[comm][wire]") {
+  for (int which = 0; which < 4; ++which) {
+    plain r;
+    align(r, which == 3 ? 0 : 128);
+    frame_spec f;
+    f.flags = wd::frame_flag_inline;
+    f.total = f.piece = 64;
+    if (which == 0) f.total = f.piece = 129;   // claims more inline bytes than eager_max
+    if (which == 1) f.total = f.piece = 4096;  // and far more
+    if (which == 2) f.total = 100;             // one piece of a larger message
+    append_header(r.link.in, f);
+    r.link.in.insert(r.link.in.end(), 256, std::byte{1});
+    const auto e = r.recv_error(0, 64);
+    INFO("case " << which << ": " << e.what());
+    CHECK(code(e) == weft::errc::parse);
+    CHECK(e.info().blamed == 1);
+    CHECK(r.engine->aborted());
+    CHECK(r.link.at == wd::frame_header_bytes);  // nothing of the claimed payload was read
+  }
+}

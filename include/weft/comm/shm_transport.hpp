@@ -1,8 +1,10 @@
 // Shared-memory transport: ranks are processes on one host that map one POSIX shared memory
 // segment holding a single-producer/single-consumer byte ring per ordered pair of ranks and a
 // doorbell word per rank. A frame's header and payload go into the ring with one copy and one
-// publish; waiters poll (spinning while every rank has a core, yielding when the host is
-// oversubscribed), then sleep on the doorbell with futex(2) (Drepper, "Futexes are tricky", 2011).
+// publish, padded to whole cache lines; a small message goes eager (header and payload published
+// together in one store, one doorbell, taken whole by the receiver); waiters poll (spinning while
+// every rank has a core, yielding when the host is oversubscribed), then sleep on the doorbell
+// with futex(2) (Drepper, "Futexes are tricky", 2011).
 #pragma once
 
 #include <weft/comm/concepts.hpp>
@@ -10,6 +12,7 @@
 #include <weft/comm/detail/stream_engine.hpp>
 #include <weft/core/error.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -24,6 +27,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -36,7 +40,10 @@ namespace weft::comm {
 
 /// Options of an shm group; every rank must pass the same values.
 struct shm_options {
-  std::size_t ring_bytes = std::size_t{4} << 20;      ///< per ordered pair; a power of two >= 4096
+  /// Per ordered pair; a power of two >= 4096. Small (256 KiB) because only pieces below
+  /// single_copy_min pass through it, and a small ring keeps their cache lines hot: with 4 MiB a
+  /// 1 KiB message stream walked through 4 MiB of lines (and first-touch page faults) per pair.
+  std::size_t ring_bytes = std::size_t{256} << 10;
   std::chrono::milliseconds connect_timeout{30'000};  ///< how long to wait for all ranks to attach
   /// How a blocked rank waits: automatic spins when the ranks fit this host's cores and yields
   /// otherwise, sleeping in futex(2) once nothing happened for wait_options::spin / ::yield.
@@ -45,11 +52,15 @@ struct shm_options {
   /// from the sender's buffer with process_vm_readv(2) (one copy instead of two, as OpenMPI's
   /// vader BTL does with CMA). SIZE_MAX turns this off (e.g. where ptrace is restricted).
   std::size_t single_copy_min = std::size_t{64} << 10;
+  /// Messages of at most this many bytes go eager: header and payload in whole cache lines of the
+  /// ring, published with one store and one doorbell, never split. At most 64 KiB and at most
+  /// ring_bytes / 2 (so an eager frame always fits); 0 turns it off.
+  std::size_t eager_max = 2048;
 };
 
 namespace detail {
 
-inline constexpr std::uint64_t shm_magic = 0x7765667473686d31ull;  // "weftshm1"
+inline constexpr std::uint64_t shm_magic = 0x7765667473686d32ull;  // "weftshm2": frames padded to 64 bytes
 inline constexpr int shm_max_ranks = 64;
 
 struct alignas(64) shm_doorbell {
@@ -67,7 +78,11 @@ struct alignas(64) shm_header {  // a multiple of 64 bytes, so the doorbells aft
   std::int32_t size = 0;
   std::atomic<std::int32_t> attached{0};
   std::uint64_t ring_bytes = 0;
+  std::uint64_t eager_max = 0;  // every rank must agree: a bigger eager frame is a protocol error
   std::int32_t pids[shm_max_ranks] = {};
+  // Each rank's CPU affinity (a cpu_set_t's bits), written before it counts itself attached: the
+  // union says how many cores the group may use, which the automatic wait mode needs.
+  std::uint64_t cpus[shm_max_ranks][sizeof(cpu_set_t) / 8] = {};
 };
 
 inline long futex(std::atomic<std::uint32_t>* addr, int op, std::uint32_t val, const timespec* ts) {
@@ -116,7 +131,12 @@ class shm_link {
   /// Copies a prefix of the parts into the ring to `peer` and publishes it at once (one release
   /// store, one doorbell). When the ring cannot take everything, marks the ring so the consumer
   /// rings back once it frees room.
-  std::size_t write_some(int peer, int, const io_part* parts, int count) {
+  std::size_t write_some(int peer, int, const io_part* parts, int count) { return write(peer, parts, count, false); }
+  /// write_some for an eager frame: all of the parts or nothing, so the consumer finds the frame
+  /// whole at its first look (one publish, one doorbell, no second wake for the payload).
+  std::size_t write_whole(int peer, int, const io_part* parts, int count) { return write(peer, parts, count, true); }
+  /// Both of the above: `whole` writes nothing unless every part fits.
+  std::size_t write(int peer, const io_part* parts, int count, bool whole) {
     auto& c = ctl(rank_, peer);
     const std::uint64_t head = c.head.load(std::memory_order_relaxed);
     // The consumer's tail as last seen: looking at the real one costs a cache line from the other
@@ -134,6 +154,7 @@ class shm_link {
       tail = c.tail.load(std::memory_order_seq_cst);
       room = ring_ - static_cast<std::size_t>(head - tail);
     }
+    if (whole && room < want) return 0;  // the consumer rings once it frees room (writer_waiting)
     std::size_t done = 0;
     std::byte* bytes = data(rank_, peer);
     for (int i = 0; i < count && done < room; ++i) {
@@ -288,6 +309,9 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
     expects(rank >= 0 && rank < size, errc::invalid_argument, where, "rank ", rank, " must be in [0, ", size, ")");
     expects(opt.ring_bytes >= 4096 && (opt.ring_bytes & (opt.ring_bytes - 1)) == 0, errc::invalid_argument, where,
             "ring_bytes ", opt.ring_bytes, " must be a power of two >= 4096");
+    expects(opt.eager_max <= detail::max_eager_bytes && opt.eager_max <= opt.ring_bytes / 2, errc::invalid_argument,
+            where, "eager_max ", opt.eager_max, " must be at most ", detail::max_eager_bytes,
+            " and at most ring_bytes / 2 (", opt.ring_bytes / 2, ")");
     expects(!name.empty() && name[0] == '/' && name.find('/', 1) == std::string::npos, errc::invalid_argument, where,
             "name '", name, "' must look like \"/something\"");
     bytes_ = detail::shm_link::layout_bytes(size, opt.ring_bytes);
@@ -322,6 +346,7 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
         // ftruncate zero-filled the segment, which is every atomic's initial state; publish last.
         h.size = size;
         h.ring_bytes = opt.ring_bytes;
+        h.eager_max = opt.eager_max;
         h.pids[0] = static_cast<std::int32_t>(::getpid());  // before the magic: peers check it is alive
         h.magic.store(detail::shm_magic, std::memory_order_release);
       }
@@ -330,10 +355,17 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
                 "' was never initialised by rank 0");
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      expects(h.size == size && h.ring_bytes == opt.ring_bytes, errc::mismatch, where, "rank ", rank, " expects size ",
-              size, " and ring_bytes ", opt.ring_bytes, " but rank 0 created size ", h.size, " and ring_bytes ",
-              h.ring_bytes);
+      expects(h.size == size && h.ring_bytes == opt.ring_bytes && h.eager_max == opt.eager_max, errc::mismatch, where,
+              "rank ", rank, " expects size ", size, ", ring_bytes ", opt.ring_bytes, " and eager_max ", opt.eager_max,
+              " but rank 0 created size ", h.size, ", ring_bytes ", h.ring_bytes, " and eager_max ", h.eager_max);
       h.pids[rank] = static_cast<std::int32_t>(::getpid());
+      {
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        if (::sched_getaffinity(0, sizeof mine, &mine) != 0)
+          for (int c = 0; c < static_cast<int>(std::thread::hardware_concurrency()); ++c) CPU_SET(c, &mine);
+        std::memcpy(h.cpus[rank], &mine, sizeof mine);
+      }
       h.attached.fetch_add(1, std::memory_order_acq_rel);
       while (h.attached.load(std::memory_order_acquire) < size) {
         expects(clock_type::now() < until, errc::timeout, where, "rank ", rank, ": only ", h.attached.load(), " of ",
@@ -341,6 +373,14 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       if (rank == 0) ::shm_unlink(name.c_str());
+      cpu_set_t all;  // every rank's mask is in: it wrote it before counting itself attached
+      CPU_ZERO(&all);
+      for (int q = 0; q < size; ++q) {
+        cpu_set_t theirs;
+        std::memcpy(&theirs, h.cpus[q], sizeof theirs);
+        CPU_OR(&all, &all, &theirs);
+      }
+      group_cores_ = std::max(1, CPU_COUNT(&all));
     } catch (...) {
       if (rank == 0) ::shm_unlink(name.c_str());
       ::munmap(base_, bytes_);
@@ -349,6 +389,9 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
     detail::engine_config cfg;
     cfg.waiting = opt.waiting;
     cfg.local_ranks = size;
+    cfg.local_cores = group_cores_;
+    cfg.frame_align = 64;
+    cfg.eager_max = opt.eager_max;
     engine_ = std::make_unique<detail::stream_engine<detail::shm_link>>(*link_, rank, size, 1, SIZE_MAX,
                                                                         "weft::comm::shm_transport", cfg);
   }
@@ -366,6 +409,7 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
   int rank_, size_;
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
+  int group_cores_ = 0;  // cores the ranks may run on together (union of their affinities)
   std::unique_ptr<detail::shm_link> link_;
 };
 

@@ -39,8 +39,17 @@ inline double predict_allreduce(algorithm a, std::size_t bytes, int p, std::size
   const double lg = std::ceil(std::log2(P));
   switch (a) {
     case algorithm::ring: {
-      const double segs = std::max(1.0, std::ceil(n / P / seg));
-      return 2 * (P - 1) * segs * m.alpha + 2 * (P - 1) / P * n * m.beta + (P - 1) / P * n * m.gamma;
+      // Each of the p-1 reduce-scatter steps moves a chunk of n/p in `segs` segments and reduces
+      // segment j while segment j+1 streams in, so only one segment's reduction per step is
+      // exposed (or, when reducing is the slower side, one segment's transfer); the p-1 allgather
+      // steps only move. Halving-doubling reduces each half only once it has arrived whole, so for
+      // chunks of several segments the pipelined ring wins, as measured.
+      const double chunk = n / P;
+      const double segs = std::max(1.0, std::ceil(chunk / seg));
+      const double piece = chunk / segs;
+      const double move = segs * (m.alpha + piece * m.beta), reduce = segs * piece * m.gamma;
+      const double step = std::max(move + piece * m.gamma, reduce + m.alpha + piece * m.beta);
+      return (P - 1) * step + (P - 1) * move;
     }
     case algorithm::tree: {
       // Two trees each carry n/2; a pipelined tree costs (depth + segments) message times per

@@ -1,6 +1,7 @@
 // libFuzzer harness: the stream engine's frame parser (data-frame layer, docs/comm.md "Wire
 // format") fed arbitrary bytes as the stream from peer 1 through a fake link. Input: byte 0 picks
-// the link (staged or not), the read chunk size and whether a collective is begun first; bytes 1-6
+// the link (staged or not), the read chunk size, whether a collective is begun first and whether
+// frames are cache-line aligned with an eager path (as shm's); bytes 1-6
 // describe up to two receives (channel, size); the rest is the stream. A weft::error is the
 // expected outcome for malformed input; a crash, a sanitizer report or any other exception is a
 // finding.
@@ -31,6 +32,10 @@ void run(const std::uint8_t* data, std::size_t size) {
   cfg.limits.max_unexpected_bytes = 1 << 18;
   cfg.limits.max_unexpected_frames = 256;
   cfg.limits.max_pending_descriptors = 8;
+  if (mode & 0x20) {  // shm's framing: 64-byte pads, eager frames of up to 256 bytes
+    cfg.frame_align = 64;
+    cfg.eager_max = 256;
+  }
   wd::stream_engine<Link> engine(link, 0, 3, 1, SIZE_MAX, "fuzz", cfg);
   try {
     if (mode & 0x10) {

@@ -53,6 +53,16 @@ struct engine_config {
   wire_limits limits{};
   wait_options waiting{};
   int local_ranks = 0;  ///< ranks on this host; 0 means all of them (the size)
+  /// Cores those ranks may run on together; 0 means this process's affinity (available_cores()).
+  /// shm passes the union of every rank's affinity, so ranks that a launcher bound to one core
+  /// each (as mpirun does for as many ranks as cores) are seen to fit.
+  int local_cores = 0;
+  /// Data frames are padded to a multiple of this (a power of two; shm: 64, a cache line, so each
+  /// frame starts on a line of its own and the consumer never reads a line the producer is filling).
+  std::size_t frame_align = 1;
+  /// Messages of at most this many bytes go eager: one frame, published whole with one store and
+  /// one doorbell (0: never; at most max_eager_bytes). Every rank of a group must use the same.
+  std::size_t eager_max = 0;
   /// How long a failing rank keeps listening for the other ranks' "waiting on" reports before it
   /// names the rank to blame (only when the failure itself does not name one, e.g. a timeout).
   std::chrono::milliseconds blame_window{300};
@@ -69,10 +79,11 @@ inline int available_cores() noexcept {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-/// automatic → spin when the host's ranks fit its cores, yield otherwise.
-inline wait_mode resolve_wait_mode(wait_mode m, int local_ranks) noexcept {
+/// automatic → spin when the host's ranks fit the cores they may run on (`cores`; 0: this
+/// process's affinity), yield otherwise.
+inline wait_mode resolve_wait_mode(wait_mode m, int local_ranks, int cores = 0) noexcept {
   if (m != wait_mode::automatic) return m;
-  return local_ranks <= available_cores() ? wait_mode::spin : wait_mode::yield;
+  return local_ranks <= (cores > 0 ? cores : available_cores()) ? wait_mode::spin : wait_mode::yield;
 }
 
 /// A sequentially consistent fence (the Dekker-style wake-up protocols need one). ThreadSanitizer
@@ -100,6 +111,13 @@ inline void cpu_relax() noexcept {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+/// An address unique to the calling thread: a request records its owner with it, so the thread
+/// that completes it knows whether the owner may be asleep (another thread) or is itself.
+inline const void* this_thread_token() noexcept {
+  thread_local const char token = 0;
+  return &token;
 }
 
 /// A lock for the engine's short critical sections (a stream's parse state, a stream's write
@@ -175,7 +193,7 @@ class stream_engine {
         stripe_min_(stripe_min),
         name_(name),
         cfg_(cfg),
-        mode_(resolve_wait_mode(cfg.waiting.mode, cfg.local_ranks > 0 ? cfg.local_ranks : size)),
+        mode_(resolve_wait_mode(cfg.waiting.mode, cfg.local_ranks > 0 ? cfg.local_ranks : size, cfg.local_cores)),
         poll_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(mode_ == wait_mode::yield ? cfg.waiting.yield
                                                                                                 : cfg.waiting.spin)
                      .count()),
@@ -419,8 +437,9 @@ class stream_engine {
     // Completion is published by whichever thread pumps the stream (under the stream's lock) and
     // read by the thread that owns the request (without it): done is stored last, with release.
     std::atomic<bool> done{false}, failed{false}, posted{false};
-    bool deferred = false;     // only the owner touches it
-    std::optional<fault> why;  // written before done when failed
+    bool deferred = false;        // only the owner touches it
+    const void* owner = nullptr;  // this_thread_token() of the thread that waits for it
+    std::optional<fault> why;     // written before done when failed
     bool is_done() const noexcept { return done.load(std::memory_order_acquire); }
   };
   // A buffer for a frame kept aside: not zeroed (it is written before it is read) and reused, so a
@@ -443,7 +462,8 @@ class stream_engine {
     rx_phase phase = rx_phase::header;
     std::array<std::byte, frame_header_bytes + descriptor_wire_bytes + frame_remote_bytes> hdr{};
     std::size_t got = 0, need = frame_header_bytes;
-    bool parsed = false;  // the fixed header of hdr is decoded (need covers its extensions)
+    std::size_t skip = 0;  // pad bytes of the last frame still to read past (frame_align)
+    bool parsed = false;   // the fixed header of hdr is decoded (need covers its extensions)
     frame_kind kind = frame_kind::data;
     std::uint8_t flags = 0;
     std::uint32_t channel = 0, seq = 0, check = 0;
@@ -458,9 +478,10 @@ class stream_engine {
     std::unordered_map<std::uint32_t, std::deque<frame>> unexpected;
     std::uint64_t unexpected_bytes = 0, unexpected_frames = 0;
     std::vector<frame_buffer> spare;  // buffers of frames already taken, for the next ones
-    // Requests of this stream completed or failed so far. The thread that pumps is often not the
-    // one that owns the request, and that owner may be asleep in the link's wait (its wake-up,
-    // the peer's bytes, was taken by the pumping thread): a pump that finished one pokes.
+    // Requests of this stream completed or failed so far that belong to other threads. The thread
+    // that pumps is often not the one that owns the request, and that owner may be asleep in the
+    // link's wait (its wake-up, the peer's bytes, was taken by the pumping thread): a pump that
+    // finished one pokes. A thread that completes its own request pokes nobody (no second wake).
     std::uint64_t finished = 0;
     bool closed = false;
     fault close_why;
@@ -468,13 +489,19 @@ class stream_engine {
   struct tx_state {
     spin_lock m;
     bool partial = false;  // a message is half written (nothing else may go on this stream)
+    // Threads of ours about to sleep until this stream's write lock is free. The holder pokes on
+    // release only when it sees one (so an uncontended message rings no second doorbell); one it
+    // misses sleeps at most its 1 ms slice, as such a waiter does (exchange's wait step).
+    std::atomic<int> waiters{0};
   };
   struct piece_out {
     int conn = 0;
     std::array<std::byte, frame_header_bytes + descriptor_wire_bytes + frame_remote_bytes> hdr{};
     std::size_t hdr_len = 0;
     const std::byte* data = nullptr;
-    std::size_t len = 0, off = 0;  // off counts header + payload bytes written
+    std::size_t len = 0, off = 0;  // off counts header + payload + pad bytes written
+    std::size_t pad = 0;           // zero bytes after the payload up to the link's frame_align
+    bool eager = false;            // published whole (write_whole) or not at all
     bool remote = false;           // single copy: the receiver reads len bytes from data itself
     std::uint64_t seq = 0;         // the link's count of remote pieces to dst once this one is posted
   };
@@ -584,6 +611,15 @@ class stream_engine {
             concat("message of ", rx.total, " bytes exceeds max_message_bytes ", cfg_.limits.max_message_bytes));
       if ((rx.flags & frame_flag_remote) && link_.remote_min() == SIZE_MAX)
         return protocol_fault(peer, errc::parse, "a single-copy piece on a link that has none");
+      if (rx.flags & frame_flag_inline) {
+        if (cfg_.eager_max == 0) return protocol_fault(peer, errc::parse, "an eager frame on a link that has none");
+        if (rx.piece != rx.total || rx.piece > cfg_.eager_max || (rx.flags & frame_flag_remote))
+          return protocol_fault(peer, errc::parse,
+                                concat("eager frame claims ", rx.piece, " inline bytes of a ", rx.total,
+                                       "-byte message", (rx.flags & frame_flag_remote) ? " read by single copy" : "",
+                                       "; an eager frame carries a whole message of at most eager_max ", cfg_.eager_max,
+                                       " bytes in the stream"));
+      }
     }
     rx.need = frame_header_bytes + ((rx.flags & frame_flag_descriptor) ? descriptor_wire_bytes : 0) +
               ((rx.flags & frame_flag_remote) ? frame_remote_bytes : 0);
@@ -750,6 +786,9 @@ class stream_engine {
   }
 
   void end_payload(rx_state& rx, int peer) {
+    if (rx.kind == frame_kind::data)  // the pad up to frame_align is read past before the next header
+      rx.skip = frame_pad(rx.need + ((rx.flags & frame_flag_remote) ? 0 : static_cast<std::size_t>(rx.piece)),
+                          cfg_.frame_align);
     rx.phase = rx_phase::header;
     rx.got = 0;
     rx.need = frame_header_bytes;
@@ -764,9 +803,10 @@ class stream_engine {
       return;
     }
     if (rx.cur) {
+      const bool foreign = rx.cur->owner != this_thread_token();  // read before done: r may go away
       rx.cur->done.store(true, std::memory_order_release);
       rx.cur = nullptr;
-      ++rx.finished;
+      if (foreign) ++rx.finished;
     } else if (rx.cur_frame) {
       rx.cur_frame->complete = true;
       rx.cur_frame = nullptr;
@@ -790,7 +830,13 @@ class stream_engine {
     } commit{link_, peer, conn, progressed, rx.finished, rx.finished};
     try {
       while (!rx.closed) {
-        if (rx.phase == rx_phase::header) {
+        if (rx.phase == rx_phase::header && rx.skip > 0) {  // the last frame's pad (fewer than 64 bytes)
+          std::array<std::byte, 64> sink;
+          const std::size_t n = rx_fill(rx, peer, conn, sink.data(), std::min(rx.skip, sink.size()));
+          if (n == 0) break;
+          progressed += n;
+          rx.skip -= n;
+        } else if (rx.phase == rx_phase::header) {
           const std::size_t n = rx_fill(rx, peer, conn, rx.hdr.data() + rx.got, rx.need - rx.got);
           if (n == 0) break;
           progressed += n;
@@ -1148,313 +1194,420 @@ class stream_engine {
     }
   }
 
-  void exchange(int dst, std::span<const std::byte> out, bool sending, int src, std::span<std::byte> in, msg_tag tag,
-                deadline until, const char* op) {
-    if (failed_.load(std::memory_order_acquire)) raise_group(op, sending ? dst : -1, src, tag, -1);
-    // Receive side: one request per piece.
-    const std::size_t nreq = src >= 0 ? static_cast<std::size_t>(pieces_for(in.size())) : 0;
-    small_array<request, 2> reqs(nreq);
-    // The collective book, looked at once: the sequence this receive expects, and what the send
-    // carries (its sequence, the descriptor for the connections it is the first frame on).
-    const std::size_t npieces = sending ? static_cast<std::size_t>(pieces_for(out.size())) : 0;
+  // One send and/or receive in progress: what exchange's steps below share. Lives on the caller's
+  // stack; its requests are posted on streams until they are done or detached.
+  struct exchange_state {
+    exchange_state(int dst_, std::span<const std::byte> out_, bool sending_, int src_, std::span<std::byte> in_,
+                   msg_tag tag_, deadline until_, std::size_t nreq, std::size_t npieces)
+        : dst(dst_),
+          src(src_),
+          sending(sending_),
+          out(out_),
+          in(in_),
+          tag(tag_),
+          until(until_),
+          reqs(nreq),
+          pieces(npieces),
+          tx_locks(npieces),
+          sent_all(!sending_),
+          send_done(!sending_),
+          recv_done(nreq == 0) {}
+    int dst, src;
+    bool sending;
+    std::span<const std::byte> out;
+    std::span<std::byte> in;
+    msg_tag tag;
+    deadline until;
+    // From the collective book: the sequence the receive expects, the one the send carries, and
+    // the descriptor for the connections the send is the collective's first frame on.
     std::uint32_t rseq = 0, sseq = 0;
     std::optional<collective_descriptor> desc;
     std::uint64_t first_on = 0;
-    {
-      std::lock_guard lock(desc_mutex_);
-      if (src >= 0) {
-        auto& chans = book_[static_cast<std::size_t>(src)];
-        const auto it = chans.find(tag.channel);
-        if (it != chans.end()) rseq = it->second.seq;
-      }
-      if (sending) {
-        auto& chans = book_[static_cast<std::size_t>(dst)];
-        const auto it = chans.find(tag.channel);
-        if (it != chans.end()) {
-          const std::uint64_t used = npieces >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << npieces) - 1;
-          sseq = it->second.seq;
-          first_on = used & ~it->second.sent;
-          if (first_on != 0) {
-            it->second.sent |= first_on;
-            desc = it->second.desc;
-          }
-        }
-      }
-    }
-    for (std::size_t i = 0; i < nreq; ++i) {
-      request& r = reqs[i];
-      r.channel = tag.channel;
-      r.check = tag.check;
-      r.seq = rseq;
-      r.total = in.size();
-      r.dst = in.data() + chunk_begin(in.size(), nreq, i);
-      r.len = chunk_size(in.size(), nreq, i);
-      r.peer = src;
-      r.conn = static_cast<int>(i);
-      auto& rx = *rx_[index(src, static_cast<int>(i))];
-      std::lock_guard lock(rx.m);
-      post(rx, r);
-    }
-    struct detach_guard {
+    small_array<request, 2> reqs;      // one per piece received
+    small_array<piece_out, 2> pieces;  // one per piece sent
+    small_array<std::unique_lock<spin_lock>, 2> tx_locks;
+    std::size_t locked = 0;  // write locks held, taken in connection order
+    bool sent_all, send_done, recv_done;
+    std::optional<fault> failure;  // raised once the write locks are released
+    int waiting_on = -1;
+    bool cut_off = false;  // a receive's piece had partly arrived at the deadline
+  };
+
+  // Sends `out` to dst and/or receives `in` from src (either may be absent), progressing every
+  // stream of this rank meanwhile (so two ranks that send to each other never deadlock), until
+  // both are done, the deadline passes or the group fails. The steps are named below.
+  void exchange(int dst, std::span<const std::byte> out, bool sending, int src, std::span<std::byte> in, msg_tag tag,
+                deadline until, const char* op) {
+    if (failed_.load(std::memory_order_acquire)) raise_group(op, sending ? dst : -1, src, tag, -1);
+    const std::size_t nreq = src >= 0 ? static_cast<std::size_t>(pieces_for(in.size())) : 0;
+    const std::size_t npieces = sending ? static_cast<std::size_t>(pieces_for(out.size())) : 0;
+    exchange_state x(dst, out, sending, src, in, tag, until, nreq, npieces);
+    look_up_book(x);
+    post_receives(x);
+    struct detach_guard {  // on every way out: no stream may keep a pointer to our requests
       stream_engine* e;
       small_array<request, 2>* reqs;
       ~detach_guard() {
         for (auto& r : *reqs)
           if (!r.is_done()) e->detach(r);
       }
-    } guard{this, &reqs};
+    } guard{this, &x.reqs};
+    frame_pieces(x);
+    if (progress(x)) return;
+    // On the way out with a failure: a half-written message stays marked partial on its stream.
+    for (std::size_t i = 0; i < x.pieces.size(); ++i)
+      if (x.tx_locks[i].owns_lock()) {
+        auto& tx = *tx_[index(dst, x.pieces[i].conn)];
+        if (x.pieces[i].off == 0) tx.partial = false;  // nothing of it went out
+        x.tx_locks[i].unlock();
+      }
+    fail_exchange(x, op);
+  }
 
-    // Send side: one piece per connection used; the connections' write locks are held until the
-    // whole message is out, so frames of different threads never interleave.
-    small_array<piece_out, 2> pieces(npieces);
-    small_array<std::unique_lock<spin_lock>, 2> tx_locks(npieces);
-    if (sending) {
-      const std::uint32_t seq = sseq;
-      for (std::size_t i = 0; i < npieces; ++i) {
-        piece_out& po = pieces[i];
-        po.conn = static_cast<int>(i);
-        po.data = out.data() + chunk_begin(out.size(), npieces, i);
-        po.len = chunk_size(out.size(), npieces, i);
-        po.remote = po.len >= link_.remote_min();
-        std::uint8_t flags = 0;
-        std::size_t at = frame_header_bytes;
-        if (desc && (first_on >> i & 1u)) {
-          flags |= frame_flag_descriptor;
-          encode(*desc, std::span<std::byte, descriptor_wire_bytes>(po.hdr.data() + at, descriptor_wire_bytes));
-          at += descriptor_wire_bytes;
+  // The collective book, looked at once (one leaf lock per message, not one per piece).
+  void look_up_book(exchange_state& x) {
+    std::lock_guard lock(desc_mutex_);
+    if (x.src >= 0) {
+      auto& chans = book_[static_cast<std::size_t>(x.src)];
+      const auto it = chans.find(x.tag.channel);
+      if (it != chans.end()) x.rseq = it->second.seq;
+    }
+    if (x.sending) {
+      auto& chans = book_[static_cast<std::size_t>(x.dst)];
+      const auto it = chans.find(x.tag.channel);
+      if (it != chans.end()) {
+        const std::size_t npieces = x.pieces.size();
+        const std::uint64_t used = npieces >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << npieces) - 1;
+        x.sseq = it->second.seq;
+        x.first_on = used & ~it->second.sent;
+        if (x.first_on != 0) {
+          it->second.sent |= x.first_on;
+          x.desc = it->second.desc;
         }
-        if (po.remote) {
-          flags |= frame_flag_remote;
-          put_le<std::uint64_t>(po.hdr.data() + at,
-                                static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(po.data)));
-          at += frame_remote_bytes;
-        }
-        encode_header(po.hdr.data(), frame_kind::data, flags, tag.channel, seq, tag.check, out.size(), po.len);
-        po.hdr_len = at;
-        tx_locks[i] = std::unique_lock<spin_lock>(tx_[index(dst, po.conn)]->m, std::defer_lock);
       }
     }
+  }
 
-    std::optional<fault> failure;  // raised once the write locks are released
-    int waiting_on = -1;
-    bool cut_off = false;  // a receive's piece had partly arrived at the deadline
-    {
-      std::size_t locked = 0;
-      bool sent_all = !sending, send_done = !sending, recv_done = nreq == 0;
-      // One attempt at everything: take the write locks (in connection order), write, look at the
-      // single-copy acknowledgements, read every stream. Returns the progress made.
-      auto step = [&]() -> std::size_t {
-        std::size_t progressed = 0;
-        while (locked < npieces && tx_locks[locked].try_lock()) {
-          auto& tx = *tx_[index(dst, pieces[locked].conn)];
-          if (tx.partial) {  // an earlier message was cut off on this stream: it cannot carry more
-            tx_locks[locked].unlock();
-            fault f;
-            f.code = errc::aborted;
-            f.channel = tag.channel;
-            f.detail = concat("connection ", pieces[locked].conn, " to peer ", dst,
-                              " was cut off mid-message by an earlier failure");
-            failure = f;
-            return 1;
+  // Receive side: one request per piece, posted on its stream before anything is sent, so a reply
+  // that comes back at once lands in place (or completes it from a frame that came earlier).
+  void post_receives(exchange_state& x) {
+    const std::size_t nreq = x.reqs.size();
+    for (std::size_t i = 0; i < nreq; ++i) {
+      request& r = x.reqs[i];
+      r.channel = x.tag.channel;
+      r.check = x.tag.check;
+      r.seq = x.rseq;
+      r.total = x.in.size();
+      r.dst = x.in.data() + chunk_begin(x.in.size(), nreq, i);
+      r.len = chunk_size(x.in.size(), nreq, i);
+      r.peer = x.src;
+      r.conn = static_cast<int>(i);
+      r.owner = this_thread_token();
+      auto& rx = *rx_[index(x.src, static_cast<int>(i))];
+      std::lock_guard lock(rx.m);
+      post(rx, r);
+    }
+  }
+
+  // Send side: one piece per connection used, each with its header built up front (descriptor on
+  // a collective's first frame, the sender's address when the receiver reads it by single copy,
+  // the pad up to frame_align). A message of at most eager_max bytes goes as one eager frame.
+  void frame_pieces(exchange_state& x) {
+    const std::size_t npieces = x.pieces.size();
+    for (std::size_t i = 0; i < npieces; ++i) {
+      piece_out& po = x.pieces[i];
+      po.conn = static_cast<int>(i);
+      po.data = x.out.data() + chunk_begin(x.out.size(), npieces, i);
+      po.len = chunk_size(x.out.size(), npieces, i);
+      po.remote = po.len >= link_.remote_min();
+      po.eager = !po.remote && npieces == 1 && cfg_.eager_max > 0 && x.out.size() <= cfg_.eager_max;
+      std::uint8_t flags = po.eager ? frame_flag_inline : 0;
+      std::size_t at = frame_header_bytes;
+      if (x.desc && (x.first_on >> i & 1u)) {
+        flags |= frame_flag_descriptor;
+        encode(*x.desc, std::span<std::byte, descriptor_wire_bytes>(po.hdr.data() + at, descriptor_wire_bytes));
+        at += descriptor_wire_bytes;
+      }
+      if (po.remote) {
+        flags |= frame_flag_remote;
+        put_le<std::uint64_t>(po.hdr.data() + at,
+                              static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(po.data)));
+        at += frame_remote_bytes;
+      }
+      encode_header(po.hdr.data(), frame_kind::data, flags, x.tag.channel, x.sseq, x.tag.check, x.out.size(), po.len);
+      po.hdr_len = at;
+      po.pad = frame_pad(at + (po.remote ? 0 : po.len), cfg_.frame_align);
+      x.tx_locks[i] = std::unique_lock<spin_lock>(tx_[index(x.dst, po.conn)]->m, std::defer_lock);
+    }
+  }
+
+  // The parts of po not written yet (header and extensions, in-stream payload, pad), in order.
+  static int unwritten_parts(const piece_out& po, io_part* parts) noexcept {
+    static constexpr std::array<std::byte, 64> zeros{};
+    const io_part all[3] = {{po.hdr.data(), po.hdr_len}, {po.data, po.remote ? 0 : po.len}, {zeros.data(), po.pad}};
+    std::size_t skip = po.off;
+    int n = 0;
+    for (const io_part& p : all) {
+      if (skip >= p.len) {
+        skip -= p.len;
+        continue;
+      }
+      parts[n++] = io_part{p.data + skip, p.len - skip};
+      skip = 0;
+    }
+    return n;
+  }
+
+  // Takes the write locks in connection order (so two threads sending to one peer never hold one
+  // each). Returns false when a stream cannot carry the message (x.failure says why).
+  bool take_write_locks(exchange_state& x) {
+    while (x.locked < x.pieces.size() && x.tx_locks[x.locked].try_lock()) {
+      auto& tx = *tx_[index(x.dst, x.pieces[x.locked].conn)];
+      if (tx.partial) {  // an earlier message was cut off on this stream: it cannot carry more
+        x.tx_locks[x.locked].unlock();
+        fault f;
+        f.code = errc::aborted;
+        f.channel = x.tag.channel;
+        f.detail = concat("connection ", x.pieces[x.locked].conn, " to peer ", x.dst,
+                          " was cut off mid-message by an earlier failure");
+        x.failure = f;
+        return false;
+      }
+      tx.partial = true;
+      ++x.locked;
+    }
+    return true;
+  }
+
+  // Writes what the streams take; once every piece is out (and single-copy ones read by the
+  // receiver), releases the write locks. Returns the progress. An eager frame's first write goes
+  // through the link's optional write_whole(peer, conn, parts, count) (all of the parts or none,
+  // so the receiver never finds half an eager frame); a link without one writes it as any other.
+  std::size_t write_pieces(exchange_state& x) {
+    std::size_t progressed = 0;
+    x.send_done = true;
+    for (auto& po : x.pieces) {
+      const std::size_t end = po.hdr_len + (po.remote ? 0 : po.len) + po.pad;
+      try {
+        while (po.off < end) {
+          io_part parts[3];
+          const int k = unwritten_parts(po, parts);
+          std::size_t n;
+          if constexpr (requires { link_.write_whole(x.dst, po.conn, parts, k); }) {
+            n = po.eager && po.off == 0 ? link_.write_whole(x.dst, po.conn, parts, k)
+                                        : link_.write_some(x.dst, po.conn, parts, k);
+          } else {
+            n = link_.write_some(x.dst, po.conn, parts, k);
           }
-          tx.partial = true;
-          ++locked;
+          if (n == 0) break;
+          po.off += n;
+          progressed += n;
         }
-        if (!sent_all && locked == npieces) {
-          send_done = true;
-          for (auto& po : pieces) {
-            const std::size_t end = po.hdr_len + (po.remote ? 0 : po.len);
-            try {
-              while (po.off < end) {
-                std::size_t n;
-                if (po.off < po.hdr_len) {
-                  const io_part parts[2] = {{po.hdr.data() + po.off, po.hdr_len - po.off},
-                                            {po.data, po.remote ? 0 : po.len}};
-                  n = link_.write_some(dst, po.conn, parts, 2);
-                } else {
-                  const io_part part{po.data + (po.off - po.hdr_len), end - po.off};
-                  n = link_.write_some(dst, po.conn, &part, 1);
-                }
-                if (n == 0) break;
-                po.off += n;
-                progressed += n;
-              }
-            } catch (const error& e) {  // the stream to dst broke: dst is gone (or aborted and left)
-              fault f;
-              f.code = static_cast<errc>(e.code().value());
-              f.blamed = dst;
-              f.channel = tag.channel;
-              f.sequence = sseq;
-              f.detail = e.what();
-              failure = f;
-              send_done = false;
-              return progressed + 1;
-            }
-            if (po.off < end) {
-              send_done = false;
-            } else if (po.remote) {  // the buffer is ours again only when the receiver has read it
-              if (po.seq == 0) po.seq = link_.remote_post(dst);
-              if (link_.remote_acked(dst) < po.seq) send_done = false;
-            }
-          }
-          if (send_done) {
-            for (std::size_t i = 0; i < npieces; ++i) {
-              tx_[index(dst, pieces[i].conn)]->partial = false;
-              tx_locks[i].unlock();
-            }
-            if (npieces > 0) link_.poke();  // a thread of ours may wait for these locks
-            sent_all = true;
-            ++progressed;
-          }
-        }
-        progressed += pump_all();
-        recv_done = true;
-        for (auto& r : reqs) {
-          if (r.deferred) {
-            auto& rx = *rx_[index(r.peer, r.conn)];
-            std::lock_guard lock(rx.m);
-            post(rx, r);
-          }
-          if (!r.is_done()) {
-            recv_done = false;
-          } else if (r.failed.load(std::memory_order_relaxed) && !failure) {
-            failure = *r.why;
-          }
-        }
-        return progressed;
-      };
-      auto idle_since = clock_type::time_point::min();  // set at the first idle turn
-      unsigned spins = 0;
-      bool polled = false;  // this wait polled (spun or yielded) instead of sleeping at once
-      const auto budget = std::chrono::nanoseconds(poll_ns_.load(std::memory_order_relaxed));
-      for (;;) {
-        const std::size_t progressed = step();
-        waiting_on = !recv_done ? src : (!send_done ? dst : -1);
-        if (failure) break;
-        if (send_done && recv_done) return;
-        if (progressed == 0 && mode_ == wait_mode::spin && locked == npieces && (++spins & 15u) != 0) {
-          cpu_relax();  // the clock, the deadline and the policy are looked at every 16th idle turn
-          continue;
-        }
-        if (failed_.load(std::memory_order_acquire)) break;
-        const auto now = clock_type::now();
-        if (now >= until) {
-          // Another thread may be completing a receive of ours at this very moment: settle each
-          // open one under its stream's lock and look again before calling it a timeout.
-          recv_done = true;
-          for (auto& r : reqs) {
-            if (!r.is_done()) cut_off = settle_at_deadline(r) || cut_off;
-            if (!r.is_done()) {
-              recv_done = false;
-            } else if (r.failed.load(std::memory_order_relaxed) && !failure) {
-              failure = *r.why;
-            }
-          }
-          waiting_on = !recv_done ? src : (!send_done ? dst : -1);
-          if (failure) break;
-          if (send_done && recv_done) return;
-          std::size_t sent = 0, got = 0;
-          for (auto& po : pieces)
-            sent += po.remote ? (po.seq != 0 && link_.remote_acked(dst) >= po.seq ? po.len : 0)
-                              : (po.off >= po.hdr_len ? po.off - po.hdr_len : 0);
-          for (auto& r : reqs) got += r.is_done() ? r.len : 0;
-          fault f;
-          f.code = errc::timeout;
-          f.channel = tag.channel;
-          f.sequence = rseq;
-          f.detail = concat("deadline passed with ", sent, " of ", out.size(), " bytes sent and ", got, " of ",
-                            in.size(), " bytes received (waiting on rank ", waiting_on, ")");
-          failure = f;
-          break;
-        }
-        if (progressed > 0 || idle_since == clock_type::time_point::min()) {
-          if (progressed > 0 && polled) adapt_poll(true);  // polling paid off: poll as long next time
-          polled = false;
-          idle_since = now;
-          continue;
-        }
-        try {  // a peer we wait on whose process is gone will never answer
-          if (!recv_done && src >= 0) link_.check_alive(src);
-          if (!send_done && sending) link_.check_alive(dst);
-        } catch (const error& e) {
-          // Its last bytes may have landed between our look and its exit: look once more.
-          if (pump_all() == 0) {
-            fault f;
-            f.code = static_cast<errc>(e.code().value());
-            f.blamed = waiting_on;
-            f.channel = tag.channel;
-            f.sequence = rseq;
-            f.detail = e.what();
-            failure = f;
-            break;
-          }
-          continue;
-        }
-        const auto idle = now - idle_since;
-        if (locked == npieces && idle < budget) {  // (else another thread of ours writes to dst: sleep briefly)
-          if (mode_ == wait_mode::spin) {
-            polled = true;
-            continue;
-          }
-          if (mode_ == wait_mode::yield) {
-            polled = true;
-            std::this_thread::yield();
-            continue;
-          }
-        }
-        if (polled) adapt_poll(false);  // polled in vain: poll less next time (the host may be busy)
+      } catch (const error& e) {  // the stream to dst broke: dst is gone (or aborted and left)
+        fault f;
+        f.code = static_cast<errc>(e.code().value());
+        f.blamed = x.dst;
+        f.channel = x.tag.channel;
+        f.sequence = x.sseq;
+        f.detail = e.what();
+        x.failure = f;
+        x.send_done = false;
+        return progressed + 1;
+      }
+      if (po.off < end) {
+        x.send_done = false;
+      } else if (po.remote) {  // the buffer is ours again only when the receiver has read it
+        if (po.seq == 0) po.seq = link_.remote_post(x.dst);
+        if (link_.remote_acked(x.dst) < po.seq) x.send_done = false;
+      }
+    }
+    if (x.send_done) {
+      bool contended = false;
+      for (std::size_t i = 0; i < x.pieces.size(); ++i) {
+        auto& tx = *tx_[index(x.dst, x.pieces[i].conn)];
+        tx.partial = false;
+        x.tx_locks[i].unlock();
+        contended = contended || tx.waiters.load(std::memory_order_relaxed) > 0;
+      }
+      if (contended) link_.poke();  // a thread of ours waits for these locks
+      x.sent_all = true;
+      ++progressed;
+    }
+    return progressed;
+  }
+
+  // Looks at this exchange's receives: re-posts deferred ones, notes completion and failure.
+  void poll_receives(exchange_state& x) {
+    x.recv_done = true;
+    for (auto& r : x.reqs) {
+      if (r.deferred) {
+        auto& rx = *rx_[index(r.peer, r.conn)];
+        std::lock_guard lock(rx.m);
+        post(rx, r);
+      }
+      if (!r.is_done()) {
+        x.recv_done = false;
+      } else if (r.failed.load(std::memory_order_relaxed) && !x.failure) {
+        x.failure = *r.why;
+      }
+    }
+  }
+
+  // One attempt at everything: the write locks, the writes, the single-copy acknowledgements,
+  // every incoming stream. Returns the progress made.
+  std::size_t step(exchange_state& x) {
+    if (!take_write_locks(x)) return 1;
+    std::size_t progressed = 0;
+    if (!x.sent_all && x.locked == x.pieces.size()) {
+      progressed += write_pieces(x);
+      if (x.failure) return progressed;
+    }
+    progressed += pump_all();
+    poll_receives(x);
+    return progressed;
+  }
+
+  // The deadline passed. Another thread may be completing a receive of ours at this very moment:
+  // settles each open one under its stream's lock and looks again. Returns true when everything
+  // turned out done; else x.failure says what (a timeout with how far it got, or a failure).
+  bool on_deadline(exchange_state& x) {
+    x.recv_done = true;
+    for (auto& r : x.reqs) {
+      if (!r.is_done()) x.cut_off = settle_at_deadline(r) || x.cut_off;
+      if (!r.is_done()) {
+        x.recv_done = false;
+      } else if (r.failed.load(std::memory_order_relaxed) && !x.failure) {
+        x.failure = *r.why;
+      }
+    }
+    x.waiting_on = !x.recv_done ? x.src : (!x.send_done ? x.dst : -1);
+    if (x.failure) return false;
+    if (x.send_done && x.recv_done) return true;
+    std::size_t sent = 0, got = 0;
+    for (auto& po : x.pieces)
+      sent += po.remote ? (po.seq != 0 && link_.remote_acked(x.dst) >= po.seq ? po.len : 0)
+                        : std::min(po.len, po.off >= po.hdr_len ? po.off - po.hdr_len : 0);
+    for (auto& r : x.reqs) got += r.is_done() ? r.len : 0;
+    fault f;
+    f.code = errc::timeout;
+    f.channel = x.tag.channel;
+    f.sequence = x.rseq;
+    f.detail = concat("deadline passed with ", sent, " of ", x.out.size(), " bytes sent and ", got, " of ", x.in.size(),
+                      " bytes received (waiting on rank ", x.waiting_on, ")");
+    x.failure = f;
+    return false;
+  }
+
+  // Steps until the exchange is done (true) or failed (false, x.failure set). Between steps that
+  // made no progress it polls (spin or yield, for the adaptive poll budget), then sleeps on the
+  // link's wake-up; while another thread of ours holds a write lock it sleeps in 1 ms slices.
+  bool progress(exchange_state& x) {
+    auto idle_since = clock_type::time_point::min();  // set at the first idle turn
+    unsigned spins = 0;
+    bool polled = false;  // this wait polled (spun or yielded) instead of sleeping at once
+    const auto budget = std::chrono::nanoseconds(poll_ns_.load(std::memory_order_relaxed));
+    const std::size_t npieces = x.pieces.size();
+    for (;;) {
+      const std::size_t progressed = step(x);
+      x.waiting_on = !x.recv_done ? x.src : (!x.send_done ? x.dst : -1);
+      if (x.failure) return false;
+      if (x.send_done && x.recv_done) return true;
+      if (progressed == 0 && mode_ == wait_mode::spin && x.locked == npieces && (++spins & 15u) != 0) {
+        cpu_relax();  // the clock, the deadline and the policy are looked at every 16th idle turn
+        continue;
+      }
+      if (failed_.load(std::memory_order_acquire)) return false;
+      const auto now = clock_type::now();
+      if (now >= x.until) return on_deadline(x);
+      if (progressed > 0 || idle_since == clock_type::time_point::min()) {
+        if (progressed > 0 && polled) adapt_poll(true);  // polling paid off: poll as long next time
         polled = false;
-        // Sleep: arm the link's wake-up, try everything once more (so nothing that happened in
-        // between is missed), and sleep only if that made no progress.
-        const auto slice = locked < npieces ? std::chrono::milliseconds(1) : std::chrono::milliseconds(50);
-        const auto token = link_.prepare_wait();
-        const bool moved = step() > 0 || failure.has_value();
-        link_.wait(token, moved ? now : std::min(until, now + slice), send_done ? -1 : dst);
-        if (moved) idle_since = clock_type::now();
+        idle_since = now;
+        continue;
       }
-      // On the way out with a failure: a half-written message stays marked partial on its stream.
-      for (std::size_t i = 0; i < npieces; ++i)
-        if (tx_locks[i].owns_lock()) {
-          auto& tx = *tx_[index(dst, pieces[i].conn)];
-          if (pieces[i].off == 0) tx.partial = false;  // nothing of it went out
-          tx_locks[i].unlock();
+      try {  // a peer we wait on whose process is gone will never answer
+        if (!x.recv_done && x.src >= 0) link_.check_alive(x.src);
+        if (!x.send_done && x.sending) link_.check_alive(x.dst);
+      } catch (const error& e) {
+        // Its last bytes may have landed between our look and its exit: look once more.
+        if (pump_all() == 0) {
+          fault f;
+          f.code = static_cast<errc>(e.code().value());
+          f.blamed = x.waiting_on;
+          f.channel = x.tag.channel;
+          f.sequence = x.rseq;
+          f.detail = e.what();
+          x.failure = f;
+          return false;
         }
+        continue;
+      }
+      const auto idle = now - idle_since;
+      if (x.locked == npieces && idle < budget) {  // (else another thread of ours writes to dst: sleep briefly)
+        if (mode_ == wait_mode::spin) {
+          polled = true;
+          continue;
+        }
+        if (mode_ == wait_mode::yield) {
+          polled = true;
+          std::this_thread::yield();
+          continue;
+        }
+      }
+      if (polled) adapt_poll(false);  // polled in vain: poll less next time (the host may be busy)
+      polled = false;
+      // Sleep: arm the link's wake-up, try everything once more (so nothing that happened in
+      // between is missed), and sleep only if that made no progress. A thread that waits for a
+      // write lock says so, so the holder pokes when it lets go.
+      const bool lock_wait = x.locked < npieces;
+      const auto slice = lock_wait ? std::chrono::milliseconds(1) : std::chrono::milliseconds(50);
+      std::atomic<int>* waiters = lock_wait ? &tx_[index(x.dst, x.pieces[x.locked].conn)]->waiters : nullptr;
+      if (waiters) waiters->fetch_add(1, std::memory_order_seq_cst);
+      const auto token = link_.prepare_wait();
+      const bool moved = step(x) > 0 || x.failure.has_value();
+      link_.wait(token, moved ? now : std::min(x.until, now + slice), x.send_done ? -1 : x.dst);
+      if (waiters) waiters->fetch_sub(1, std::memory_order_relaxed);
+      if (moved) idle_since = clock_type::now();
     }
-    if (failure && failure->code == errc::timeout && rseq == 0 && sseq == 0) {
+  }
+
+  // The exchange failed (write locks released): a quiet timeout of a point-to-point call that moved
+  // nothing, else the group's failure on every rank.
+  [[noreturn]] void fail_exchange(exchange_state& x, const char* op) {
+    if (x.failure && x.failure->code == errc::timeout && x.rseq == 0 && x.sseq == 0) {
       // A point-to-point call outside any collective that timed out before a byte of it moved
       // leaves every stream as it was: a plain timeout (callers poll this way), no abort.
       // (Receives were settled at the deadline: none is still posted; a frame that was arriving
       // for a deferred one stays queued for the next receive on its channel.)
-      bool moved = cut_off;
-      for (auto& po : pieces) moved = moved || po.off > 0;
-      for (auto& r : reqs) moved = moved || r.is_done();
+      bool moved = x.cut_off;
+      for (auto& po : x.pieces) moved = moved || po.off > 0;
+      for (auto& r : x.reqs) moved = moved || r.is_done();
       if (!moved) {
         failure_info info;
         info.rank = rank_;
         info.size = size_;
-        info.peer = waiting_on;
-        info.blamed = waiting_on;
+        info.peer = x.waiting_on;
+        info.blamed = x.waiting_on;
         info.origin = rank_;
-        info.channel = tag.channel;
-        info.check = tag.check;
+        info.channel = x.tag.channel;
+        info.check = x.tag.check;
         info.operation = op;
-        info.detail = failure->detail;
+        info.detail = x.failure->detail;
         throw comm_error(errc::timeout, name_, std::move(info));
       }
     }
-    if (failure) {
-      if (failure->code == errc::peer_failure && failure->blamed >= 0) {
+    if (x.failure) {
+      if (x.failure->code == errc::peer_failure && x.failure->blamed >= 0) {
         // A peer that aborts sends its reason, then closes: a write can fail before the reason is
         // read. Drain briefly so the report says why, not just "closed".
         const deadline limit = clock_type::now() + cfg_.drain_window;
         while (!failed_.load(std::memory_order_acquire) && clock_type::now() < limit)
           pump_or_sleep(std::min(limit, clock_type::now() + std::chrono::milliseconds(2)));
       }
-      record_failure(*failure);
+      record_failure(*x.failure);
     }
-    raise_group(op, sending ? dst : -1, src, tag, waiting_on);
+    raise_group(op, x.sending ? x.dst : -1, x.src, x.tag, x.waiting_on);
   }
-
   Link& link_;
   int rank_, size_, conns_;
   std::size_t stripe_min_;

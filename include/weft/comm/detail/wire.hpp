@@ -62,6 +62,11 @@ struct wire_limits {
 //   12  4    check    the check word (options.hpp make_check)
 //   16  8    total    bytes of the whole message (all pieces), <= max_message_bytes
 //   24  8    piece    bytes of this piece's payload, <= total
+// On a link that aligns frames (shm: frame_align 64), a data frame's header, extensions and
+// in-stream payload are followed by zero to 63 pad bytes up to the next multiple of 64, so every
+// frame starts on a cache line of the ring; the pad follows from the header, so it is not sent as
+// a length. An eager frame (flag inline) is one piece of at most the receiver's eager limit whose
+// header, payload and pad the sender published in one store, so the receiver takes it whole.
 
 /// First two bytes of every frame ('w', 'f').
 inline constexpr std::uint16_t frame_marker = 0x6677u;
@@ -76,7 +81,15 @@ enum class frame_kind : std::uint8_t {
 /// Bits of the flags byte.
 inline constexpr std::uint8_t frame_flag_descriptor = 1;  ///< a 48-byte collective descriptor follows
 inline constexpr std::uint8_t frame_flag_remote = 2;      ///< an 8-byte sender address follows (shm)
-inline constexpr std::uint8_t frame_flags_known = frame_flag_descriptor | frame_flag_remote;
+inline constexpr std::uint8_t frame_flag_inline = 4;      ///< eager: the whole message, published at once (shm)
+inline constexpr std::uint8_t frame_flags_known = frame_flag_descriptor | frame_flag_remote | frame_flag_inline;
+/// Largest eager limit a link may set: an eager frame is copied whole, so it stays a few pages.
+inline constexpr std::size_t max_eager_bytes = std::size_t{64} << 10;
+/// Bytes of padding after a data frame whose header, extensions and in-stream payload take
+/// `bytes`, on a link that aligns frames to `align` (a power of two; 1: none).
+constexpr std::size_t frame_pad(std::size_t bytes, std::size_t align) noexcept {
+  return (align - bytes % align) % align;
+}
 
 // The abort body (payload of an abort frame; sequence 0, piece == total <= max_abort_bytes):
 //   off size field
