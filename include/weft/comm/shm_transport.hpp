@@ -363,7 +363,8 @@ class shm_transport : public detail::engine_front<detail::shm_link> {
         cpu_set_t mine;
         CPU_ZERO(&mine);
         if (::sched_getaffinity(0, sizeof mine, &mine) != 0)
-          for (int c = 0; c < static_cast<int>(std::thread::hardware_concurrency()); ++c) CPU_SET(c, &mine);
+          for (std::size_t c = 0; c < std::thread::hardware_concurrency() && c < std::size_t{CPU_SETSIZE}; ++c)
+            CPU_SET(c, &mine);
         std::memcpy(h.cpus[rank], &mine, sizeof mine);
       }
       h.attached.fetch_add(1, std::memory_order_acq_rel);
