@@ -17,8 +17,7 @@ inline void check_token_count(const request& r, std::int64_t n, const char* wher
 /// Throws weft::error (invalid_argument), naming r, when an on_finish count of generated tokens is
 /// negative. O(1).
 inline void check_generated_count(const request& r, std::int64_t generated, const char* where) {
-  expects(generated >= 0, errc::invalid_argument, where, "request ", r.id, ": generated must be >= 0, got ",
-          generated);
+  expects(generated >= 0, errc::invalid_argument, where, "request ", r.id, ": generated must be >= 0, got ", generated);
 }
 
 }  // namespace weft::sched::detail
