@@ -7,6 +7,7 @@
 #include <weft/coding/codec.hpp>
 #include <weft/coding/concepts.hpp>
 #include <weft/coding/gc_scheme.hpp>
+#include <weft/coding/linear_code.hpp>
 #include <weft/coding/m_sgc.hpp>
 #include <weft/coding/sequential.hpp>
 #include <weft/coding/sgc_search.hpp>
@@ -16,6 +17,7 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace {
@@ -208,4 +210,92 @@ TEST_CASE("a model with the deprecated n_workers() still runs, and the old name 
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
+}
+
+// The optional hooks kind() and name(): detected by reports_code_kind / reports_code_name, with or
+// without the opt-in; a misspelled hook without the opt-in is (as before) not detected and never
+// called, and with the opt-in it is a compile error (compile_fail/misspelled_kind.cpp, ctest
+// coding.misspelled_hook).
+namespace {
+
+// Each code counts the calls of its hook (shared, so the copies aggregate and any_gradient_code make
+// still report).
+struct kind_code : minimal_code {
+  static constexpr bool provides_kind = true;
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  weft::coding::code_kind kind() const {
+    ++*calls;
+    return weft::coding::code_kind::exact;
+  }
+};
+struct kind_code_without_opt_in : minimal_code {  // user codes written before the opt-in
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  weft::coding::code_kind kind() const {
+    ++*calls;
+    return weft::coding::code_kind::exact;
+  }
+};
+struct misspelled_kind_code : minimal_code {  // "kidn": never called, as before the concept
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  weft::coding::code_kind kidn() const {
+    ++*calls;
+    return weft::coding::code_kind::exact;
+  }
+};
+struct named_code : minimal_code {
+  static constexpr bool provides_name = true;
+  std::string name() const { return "two-way repetition"; }
+};
+struct named_code_without_opt_in : minimal_code {
+  const char* name() const { return "legacy"; }
+};
+struct misspelled_name_code : minimal_code {  // "nmae": any_gradient_code says "custom"
+  std::string nmae() const { return "misspelled"; }
+};
+struct opted_out_code : minimal_code {  // provides_* = false: no check, no hook
+  static constexpr bool provides_kind = false;
+  static constexpr bool provides_name = false;
+};
+
+}  // namespace
+
+static_assert(weft::coding::reports_code_kind<kind_code>);
+static_assert(weft::coding::reports_code_kind<kind_code_without_opt_in>);
+static_assert(weft::coding::reports_code_kind<weft::coding::linear_code>);
+static_assert(!weft::coding::reports_code_kind<misspelled_kind_code>);
+static_assert(!weft::coding::reports_code_kind<opted_out_code>);
+static_assert(!weft::coding::reports_code_kind<minimal_code>);
+static_assert(weft::coding::reports_code_name<named_code>);
+static_assert(weft::coding::reports_code_name<named_code_without_opt_in>);
+static_assert(weft::coding::reports_code_name<weft::coding::linear_code>);
+static_assert(weft::coding::reports_code_name<weft::coding::any_gradient_code>);
+static_assert(!weft::coding::reports_code_name<misspelled_name_code>);
+static_assert(!weft::coding::reports_code_name<opted_out_code>);
+static_assert(weft::coding::gradient_code<misspelled_kind_code> && weft::coding::gradient_code<misspelled_name_code>);
+
+namespace {
+template <class Code>
+int kind_calls_of_one_aggregate(const Code& code) {
+  minimal_channel ch;
+  ch.queue.push_back({1, 7, {1.5f, -2}});
+  std::vector<float> out(2);
+  const auto r = weft::coding::aggregate(code, ch, 7, out, std::chrono::steady_clock::now());
+  REQUIRE(r.has_value());
+  CHECK(out == std::vector<float>{1.5f, -2});
+  return *code.calls;
+}
+}  // namespace
+
+TEST_CASE("aggregate asks kind() of a code that has the hook, never a misspelled one", "[coding][archetype]") {
+  CHECK(kind_calls_of_one_aggregate(kind_code{}) == 1);
+  CHECK(kind_calls_of_one_aggregate(kind_code_without_opt_in{}) == 1);
+  CHECK(kind_calls_of_one_aggregate(misspelled_kind_code{}) == 0);
+}
+
+TEST_CASE("any_gradient_code reports name() of a code that has the hook, never a misspelled one",
+          "[coding][archetype]") {
+  CHECK(weft::coding::any_gradient_code(named_code{}).name() == "two-way repetition");
+  CHECK(weft::coding::any_gradient_code(named_code_without_opt_in{}).name() == "legacy");
+  CHECK(weft::coding::any_gradient_code(misspelled_name_code{}).name() == "custom");
+  CHECK(weft::coding::any_gradient_code(opted_out_code{}).name() == "custom");
 }

@@ -51,7 +51,7 @@ result<aggregate_report> aggregate(const Code& code, Channel& channel, std::uint
   std::size_t covered = 0;
   std::shared_ptr<const decoder> dec;
   bool exact = true;
-  if constexpr (requires { code.kind(); }) exact = code.kind() == code_kind::exact;
+  if constexpr (reports_code_kind<Code>) exact = code.kind() == code_kind::exact;
   while (!dec) {
     auto m = channel.receive(deadline);
     if (!m)

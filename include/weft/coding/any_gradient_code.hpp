@@ -67,7 +67,7 @@ class any_gradient_code {
       return held.try_decoder(survivors);
     }
     std::string name() const override {
-      if constexpr (requires { std::string(held.name()); })
+      if constexpr (reports_code_name<C>)
         return std::string(held.name());
       else
         return "custom";

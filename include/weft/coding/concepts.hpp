@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace weft::coding {
@@ -41,6 +42,10 @@ std::size_t num_workers_of(const C& c) {
 }
 }  // namespace detail
 
+/// Whether a code promises the exact gradient from any n - s workers, or the best approximation
+/// from whoever arrived.
+enum class code_kind { exact, approximate };
+
 template <class C>
 concept gradient_code = counts_workers<C> &&
     requires(const C& c, std::size_t worker, std::size_t partition, std::span<const std::size_t> survivors) {
@@ -50,6 +55,63 @@ concept gradient_code = counts_workers<C> &&
   { c.coefficient(worker, partition) } -> std::convertible_to<double>;
   { c.try_decoder(survivors) } -> std::convertible_to<std::shared_ptr<const decoder>>;
 };
+
+namespace detail {
+template <class C>
+concept has_kind = requires(const C& c) {
+  { c.kind() } -> std::convertible_to<code_kind>;
+};
+template <class C>
+concept has_name = requires(const C& c) {
+  std::string(c.name());
+};
+
+// The opt-ins of the optional hooks (as sched's provides_prefix_probe): a code that says it provides
+// a hook gets a compile error naming the fix when the hook is missing or mistyped, instead of the
+// hook being silently ignored. Codes without the opt-in are detected by signature alone.
+template <class C>
+struct kind_hook_check {
+  static constexpr bool declared = [] {
+    if constexpr (requires { C::provides_kind; })
+      return static_cast<bool>(C::provides_kind);
+    else
+      return false;
+  }();
+  static_assert(!declared || has_kind<C>,
+                "weft::coding: this code declares provides_kind = true but has no const member kind() "
+                "returning a weft::coding::code_kind; check the name's spelling and declare it as "
+                "`weft::coding::code_kind kind() const`, or remove provides_kind");
+  static constexpr bool value = true;
+};
+template <class C>
+struct name_hook_check {
+  static constexpr bool declared = [] {
+    if constexpr (requires { C::provides_name; })
+      return static_cast<bool>(C::provides_name);
+    else
+      return false;
+  }();
+  static_assert(!declared || has_name<C>,
+                "weft::coding: this code declares provides_name = true but has no const member name() "
+                "whose result makes a std::string; check the name's spelling and declare it as "
+                "`std::string name() const` (or std::string_view, const char*), or remove provides_name");
+  static constexpr bool value = true;
+};
+}  // namespace detail
+
+/// Optional hook of a gradient_code: C::kind() const says whether the code is exact or approximate;
+/// aggregate() waits for a decodable set of an exact code and for wait_for messages of an approximate
+/// one (a code without the hook counts as exact). A code that provides it should say so with
+/// `static constexpr bool provides_kind = true;`: then a misspelled or mistyped hook is a compile
+/// error with the fix in its message, not a hook silently never called.
+template <class C>
+concept reports_code_kind = detail::kind_hook_check<C>::value && detail::has_kind<C>;
+
+/// Optional hook of a gradient_code: C::name() const, its name for logs and any_gradient_code::name()
+/// (a code without the hook is "custom"). Opt-in: `static constexpr bool provides_name = true;`, as
+/// for reports_code_kind.
+template <class C>
+concept reports_code_name = detail::name_hook_check<C>::value && detail::has_name<C>;
 
 /// P chooses how many of n workers to leave behind (backups) each step, from observed latencies:
 /// observe() takes one step's per-worker completion times (seconds), backups(n) says how many of

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <weft/coding/coefficient_matrix.hpp>
+#include <weft/coding/concepts.hpp>
 #include <weft/coding/decoder.hpp>
 #include <weft/coding/detail/dense_solve.hpp>
 #include <weft/core/error.hpp>
@@ -24,10 +25,6 @@
 #include <vector>
 
 namespace weft::coding {
-
-/// Whether a code promises the exact gradient from any n - s workers, or the best approximation
-/// from whoever arrived.
-enum class code_kind { exact, approximate };
 
 namespace detail {
 
