@@ -4,9 +4,12 @@
 #include "fake_link.hpp"
 
 #include <weft/comm/detail/link.hpp>
+#include <weft/comm/concepts.hpp>
 #include <weft/comm/detail/stream_engine.hpp>
+#include <weft/comm/options.hpp>
 #include <weft/comm/shm_transport.hpp>
 #include <weft/comm/tcp_transport.hpp>
+#include <weft/core/reduce_ops.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -15,7 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -98,4 +103,58 @@ TEST_CASE("stream_engine runs a message over the archetype link", "[comm][archet
   CHECK(got == sent);
   CHECK(link0.aborted.empty());
   CHECK(link1.aborted.empty());
+}
+
+// The optional link hook write_whole: detected by writes_whole (no opt-in: links are internal). An
+// eager message goes through it when the link has it; a misspelled one is never called and the
+// message goes through write_some, as on a link without the hook.
+namespace {
+
+struct whole_writing_link : archetype_link {
+  using archetype_link::archetype_link;
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  std::size_t write_whole(int peer, int conn, const wd::io_part* parts, int count) {
+    ++*calls;
+    return write_some(peer, conn, parts, count);  // the archetype's pipe takes every byte
+  }
+};
+struct misspelled_whole_link : archetype_link {  // "write_hole": never called
+  using archetype_link::archetype_link;
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  std::size_t write_hole(int peer, int conn, const wd::io_part* parts, int count) {
+    ++*calls;
+    return write_some(peer, conn, parts, count);
+  }
+};
+
+// Sends one eager message from rank 0 to rank 1 over Link; returns rank 0's write_whole calls.
+template <class Link>
+int eager_write_whole_calls() {
+  archetype_pipe pipe;
+  Link link0(pipe, 0), link1(pipe, 1);
+  wd::engine_config cfg;
+  cfg.eager_max = 256;
+  wd::stream_engine<Link> e0(link0, 0, 2, 1, SIZE_MAX, "archetype", cfg);
+  wd::stream_engine<Link> e1(link1, 1, 2, 1, SIZE_MAX, "archetype", cfg);
+  std::vector<std::byte> sent(100), got(100);
+  for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<std::byte>(i * 3 + 1);
+  const auto until = weft::comm::clock_type::now() + std::chrono::seconds(5);
+  e0.send(1, weft::comm::msg_tag{4, 0}, std::span<const std::byte>(sent), until);
+  e1.recv(0, weft::comm::msg_tag{4, 0}, std::span<std::byte>(got), until);
+  CHECK(got == sent);
+  return *link0.calls;
+}
+
+}  // namespace
+
+static_assert(wd::writes_whole<whole_writing_link>);
+static_assert(wd::writes_whole<wd::shm_link>);
+static_assert(!wd::writes_whole<wd::tcp_link>);
+static_assert(!wd::writes_whole<archetype_link>);
+static_assert(!wd::writes_whole<misspelled_whole_link>);
+static_assert(wd::stream_link<misspelled_whole_link>);
+
+TEST_CASE("stream_engine writes an eager frame through write_whole, never a misspelled one", "[comm][archetype]") {
+  CHECK(eager_write_whole_calls<whole_writing_link>() >= 1);
+  CHECK(eager_write_whole_calls<misspelled_whole_link>() == 0);
 }

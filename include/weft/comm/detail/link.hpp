@@ -44,4 +44,15 @@ concept stream_link = requires(L& link, int peer, int conn, const io_part* parts
   link.on_abort(why);
 };
 
+/// Optional hook of a stream_link: write_whole(peer, conn, parts, count) writes all of the parts'
+/// bytes or none (returning how many: their sum or 0, would block), so an eager frame is published
+/// whole and the receiver never finds half of one (shm_link has it). stream_engine writes an eager
+/// frame's first bytes through it when the link has it, else through write_some. Links are internal
+/// (no user type models stream_link), so there is no opt-in: the archetype test shows a misspelled
+/// hook is not detected.
+template <class L>
+concept writes_whole = stream_link<L> && requires(L& link, int peer, int conn, const io_part* parts, int count) {
+  { link.write_whole(peer, conn, parts, count) } -> std::convertible_to<std::size_t>;
+};
+
 }  // namespace weft::comm::detail

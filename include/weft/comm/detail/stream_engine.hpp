@@ -1393,7 +1393,7 @@ class stream_engine {
           io_part parts[3];
           const int k = unwritten_parts(po, parts);
           std::size_t n;
-          if constexpr (requires { link_.write_whole(x.dst, po.conn, parts, k); }) {
+          if constexpr (writes_whole<Link>) {
             n = po.eager && po.off == 0 ? link_.write_whole(x.dst, po.conn, parts, k)
                                         : link_.write_some(x.dst, po.conn, parts, k);
           } else {
