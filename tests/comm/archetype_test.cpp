@@ -158,3 +158,57 @@ TEST_CASE("stream_engine writes an eager frame through write_whole, never a miss
   CHECK(eager_write_whole_calls<whole_writing_link>() >= 1);
   CHECK(eager_write_whole_calls<misspelled_whole_link>() == 0);
 }
+
+// The optional reduce-operator hook Op::name: detected by names_reduce_op, with or without the
+// opt-in; a misspelled name without the opt-in is (as before) not read, the operator hashing as
+// "user-op"; with the opt-in it is a compile error (the sched and coding compile-fail tests show the
+// pattern).
+namespace {
+
+struct named_sum : weft::op::sum {
+  static constexpr bool provides_name = true;
+  static constexpr std::string_view name = "named-sum";
+};
+struct named_sum_without_opt_in : weft::op::sum {
+  static constexpr std::string_view name = "legacy-sum";
+};
+struct misspelled_name_sum {  // "nmae": hashes as "user-op"
+  static constexpr std::string_view nmae = "misspelled-sum";
+  template <class A>
+  constexpr A operator()(A a, A b) const noexcept {
+    return a + b;
+  }
+  template <class A>
+  static constexpr A identity() noexcept {
+    return A{};
+  }
+};
+struct opted_out_sum : misspelled_name_sum {  // provides_name = false: no check, no name
+  static constexpr bool provides_name = false;
+};
+
+}  // namespace
+
+static_assert(weft::comm::names_reduce_op<named_sum>);
+static_assert(weft::comm::names_reduce_op<named_sum_without_opt_in>);
+static_assert(weft::comm::names_reduce_op<weft::op::sum> && weft::comm::names_reduce_op<weft::op::max>);
+static_assert(!weft::comm::names_reduce_op<misspelled_name_sum>);
+static_assert(!weft::comm::names_reduce_op<opted_out_sum>);
+static_assert(weft::comm::op_name<named_sum>() == "named-sum");
+static_assert(weft::comm::op_name<named_sum_without_opt_in>() == "legacy-sum");
+static_assert(weft::comm::op_name<misspelled_name_sum>() == "user-op");
+static_assert(weft::comm::op_name<weft::op::sum>() == "sum");
+
+TEST_CASE("the check word hashes the operator's name with weft's hash", "[comm][archetype]") {
+  using weft::comm::make_check;
+  constexpr auto c = weft::comm::collective::allreduce;
+  constexpr auto a = weft::comm::algorithm::ring;
+  // Still a compile-time constant (the collectives rely on it folding away).
+  constexpr std::uint32_t sum = make_check(c, weft::dtype::f32, a, 1000, "sum", 1 << 20);
+  CHECK(sum == make_check(c, weft::dtype::f32, a, 1000, weft::comm::op_name<weft::op::sum>(), 1 << 20));
+  CHECK(sum != make_check(c, weft::dtype::f32, a, 1000, "max", 1 << 20));
+  CHECK(sum != make_check(c, weft::dtype::f32, a, 1000, std::string_view("sum\0", 4), 1 << 20));
+  CHECK(make_check(c, weft::dtype::f32, a, 1000, weft::comm::op_name<misspelled_name_sum>(), 1 << 20) ==
+        make_check(c, weft::dtype::f32, a, 1000, "user-op", 1 << 20));
+  CHECK(weft::comm::detail::hash_op_name("sum") != weft::comm::detail::hash_op_name("mus"));
+}

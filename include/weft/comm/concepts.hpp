@@ -62,4 +62,37 @@ concept abortable_transport = transport<T> && requires(T& t, std::string_view wh
 template <class T>
 concept concurrent_transport = transport<T> && T::thread_safe_channels;
 
+namespace detail {
+template <class Op>
+concept has_op_name = requires {
+  std::string_view(Op::name);
+};
+
+// The opt-in of the optional hook (as sched's provides_prefix_probe): an operator that says it has a
+// name gets a compile error naming the fix when Op::name is missing or not a string, instead of the
+// name being silently replaced by "user-op". Operators without the opt-in are detected by signature.
+template <class Op>
+struct op_name_hook_check {
+  static constexpr bool declared = [] {
+    if constexpr (requires { Op::provides_name; })
+      return static_cast<bool>(Op::provides_name);
+    else
+      return false;
+  }();
+  static_assert(!declared || has_op_name<Op>,
+                "weft::comm: this reduce operator declares provides_name = true but has no static member "
+                "name convertible to std::string_view; check the name's spelling and declare it as "
+                "`static constexpr std::string_view name = \"...\";`, or remove provides_name");
+  static constexpr bool value = true;
+};
+}  // namespace detail
+
+/// Optional hook of a reduce operator (weft::reduce_op): Op::name, a static constant the collectives
+/// hash into the check word, so ranks that reduce with different operators fail with errc::mismatch
+/// instead of mixing results (weft::op::* have one; an operator without it is "user-op"). An operator
+/// that provides it should say so with `static constexpr bool provides_name = true;`: then a
+/// misspelled name is a compile error with the fix in its message, not a name silently ignored.
+template <class Op>
+concept names_reduce_op = detail::op_name_hook_check<Op>::value && detail::has_op_name<Op>;
+
 }  // namespace weft::comm

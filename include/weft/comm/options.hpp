@@ -136,28 +136,21 @@ inline void check_call_options(const char* where, const options& opt) {
   expects(opt.segment_bytes > 0, errc::invalid_argument, where, "segment_bytes must be positive");
 }
 
-/// FNV-1a, 32 bits: enough to make accidental agreement of two different calls unlikely.
-constexpr std::uint32_t fnv1a(std::uint32_t h, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) {
-    h ^= static_cast<std::uint32_t>((v >> (8 * i)) & 0xffu);
-    h *= 16777619u;
-  }
-  return h;
-}
-constexpr std::uint32_t fnv1a(std::uint32_t h, std::string_view s) noexcept {
-  for (char c : s) {
-    h ^= static_cast<std::uint8_t>(c);
-    h *= 16777619u;
-  }
+/// The operator's name in weft's hash (weft/core/hash.hpp), one character per hash_combine step:
+/// hash_bytes is not constexpr, and a name is a few characters. The length goes first, so a name
+/// and the same name with trailing NULs differ. O(length).
+constexpr std::uint64_t hash_op_name(std::string_view name) noexcept {
+  std::uint64_t h = hash_combine(0, name.size());
+  for (char c : name) h = hash_combine(h, static_cast<std::uint8_t>(c));
   return h;
 }
 }  // namespace detail
 
-/// The operator's name for the check word: Op::name when it has one (weft::op::* do), otherwise
-/// a fixed placeholder, so user-written operators need nothing beyond weft::reduce_op.
+/// The operator's name for the check word: Op::name when it has one (names_reduce_op; weft::op::*
+/// do), otherwise a fixed placeholder, so user-written operators need nothing beyond weft::reduce_op.
 template <class Op>
 constexpr std::string_view op_name() noexcept {
-  if constexpr (requires { std::string_view(Op::name); })
+  if constexpr (names_reduce_op<Op>)
     return std::string_view(Op::name);
   else
     return "user-op";
@@ -170,7 +163,7 @@ constexpr std::uint32_t make_check(collective c, dtype t, algorithm a, std::uint
                                    std::uint64_t segment_bytes) noexcept {
   // The operator's name first (a compile-time constant in every collective, so it folds away), then
   // two multiply-mix steps for the run-time numbers.
-  const std::uint64_t mixed = hash_combine(hash_combine(detail::fnv1a(2166136261u, op_name), count), segment_bytes);
+  const std::uint64_t mixed = hash_combine(hash_combine(detail::hash_op_name(op_name), count), segment_bytes);
   const auto h = static_cast<std::uint32_t>(mixed >> 44);
   return (static_cast<std::uint32_t>(c) & 0xfu) | ((static_cast<std::uint32_t>(t) & 0xfu) << 4) |
          ((static_cast<std::uint32_t>(a) & 0xfu) << 8) | (h << 12);
