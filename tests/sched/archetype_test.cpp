@@ -139,3 +139,108 @@ TEST_CASE("the scheduler binds the prefix probe of a queue that has the hook", "
   iteration_scheduler<any_fair_queue, kv, min_victim> e(chunked_prefill(64, 8), any_fair_queue{wrapped_misspelled});
   CHECK(*wrapped_misspelled.binds == 0);
 }
+
+// The simulator's optional scheduler hooks stats().cached_prompt_tokens and migrate_out(): detected by
+// reports_cached_prompt_tokens and migrates_out, with or without the opt-in; a misspelled hook
+// without the opt-in is (as before) not detected and never read or called.
+#include <weft/sched/prefill_first_scheduler.hpp>
+#include <weft/sched/sim/cluster.hpp>
+
+namespace {
+
+struct spelled_stats {
+  std::uint64_t cached_prompt_tokens = 7;
+};
+struct misspelled_stats {  // "tokns": never read
+  std::uint64_t cached_prompt_tokns = 7;
+};
+
+// iteration_scheduler behind the batch_scheduler calls, with its own stats() and migrate_out (spelled
+// right when Spelled, "migrat_out" otherwise), each counting its calls.
+template <bool Spelled, bool OptIn>
+class hooked_scheduler {
+ public:
+  using inner_t = iteration_scheduler<>;
+  explicit hooked_scheduler(std::unique_ptr<inner_t> inner) : inner_(std::move(inner)) {}
+  bool submit(const request& r, double now) { return inner_->submit(r, now); }
+  const batch& schedule(double now) { return inner_->schedule(now); }
+  void complete(std::span<const request_id> f, std::span<const token_id> d) { inner_->complete(f, d); }
+  void complete(std::span<const request_id> f) { inner_->complete(f); }
+  std::size_t waiting() const { return inner_->waiting(); }
+  std::size_t running() const { return inner_->running(); }
+  bool idle() const { return inner_->idle(); }
+  const auto& kv() const { return inner_->kv(); }
+  std::conditional_t<Spelled, spelled_stats, misspelled_stats> stats() const { return {}; }
+  std::optional<inner_t::migrated> migrate_out() requires Spelled {
+    ++migrate_calls;
+    return inner_->migrate_out();
+  }
+  std::optional<inner_t::migrated> migrat_out() requires(!Spelled) {
+    ++migrate_calls;
+    return inner_->migrate_out();
+  }
+  static constexpr bool provides_cached_prompt_tokens = OptIn && Spelled;
+  static constexpr bool provides_migrate_out = OptIn && Spelled;
+  static inline int migrate_calls = 0;
+
+ private:
+  std::unique_ptr<inner_t> inner_;
+};
+
+template <class S>
+std::function<std::unique_ptr<S>()> hooked_factory(const sim::cost_model& m) {
+  return [&m] {
+    weft::kv::kv_config kv = m.kv_manager_config(16);
+    kv.num_blocks = 1501;  // + the null block: tight enough that instances become unbalanced
+    return std::make_unique<S>(
+        std::make_unique<iteration_scheduler<>>(chunked_prefill(1024, 64), fcfs_queue{}, weft::kv::kv_manager<>(kv)));
+  };
+}
+
+}  // namespace
+
+static_assert(reports_cached_prompt_tokens<hooked_scheduler<true, true>>);
+static_assert(reports_cached_prompt_tokens<hooked_scheduler<true, false>>);
+static_assert(!reports_cached_prompt_tokens<hooked_scheduler<false, false>>);
+static_assert(reports_cached_prompt_tokens<iteration_scheduler<>>);
+static_assert(reports_cached_prompt_tokens<prefill_first_scheduler<>>);
+static_assert(!reports_cached_prompt_tokens<any_batch_scheduler>);
+static_assert(migrates_out<hooked_scheduler<true, true>>);
+static_assert(migrates_out<hooked_scheduler<true, false>>);
+static_assert(!migrates_out<hooked_scheduler<false, false>>);
+static_assert(migrates_out<iteration_scheduler<>>);
+static_assert(!migrates_out<prefill_first_scheduler<>>);
+static_assert(batch_scheduler<hooked_scheduler<false, false>>);
+
+TEST_CASE(
+    "the cluster simulator reads stats().cached_prompt_tokens and calls migrate_out() only when "
+    "spelled right",
+    "[sched][archetype][sim]") {
+  const sim::cost_model m(sim::llama2_7b_a100());
+  sim::generator_options g;
+  g.seed = 5;
+  g.requests = 300;
+  g.rate_per_s = 10.0;
+  g.prompt = {1500.0, 0.8, 16, 8000};
+  g.output = {150.0, 1.0, 1, 1000};
+  const sim::workload w = sim::poisson_workload(g);
+  sim::cluster_options c;
+  c.instances = 2;
+  c.migration_interval_s = 0.5;
+  c.imbalance_blocks = 64;
+  using spelled = hooked_scheduler<true, true>;
+  const auto with = sim::simulate_colocated<spelled>(hooked_factory<spelled>(m), w, m, c);
+  CHECK(with.result.stats.finished == 300);
+  CHECK(with.result.stats.cached_prompt_tokens == 2 * 7);  // each instance's stats() says 7
+  CHECK(spelled::migrate_calls > 0);
+  CHECK(with.migrations > 0);
+  using misspelled = hooked_scheduler<false, false>;
+  // Migration needs the hook: a misspelled one is not found (a run-time error, as before), and
+  // without migration it is never called and its count never read.
+  CHECK_THROWS_AS(sim::simulate_colocated<misspelled>(hooked_factory<misspelled>(m), w, m, c), weft::error);
+  c.migration_interval_s = 0.0;
+  const auto without = sim::simulate_colocated<misspelled>(hooked_factory<misspelled>(m), w, m, c);
+  CHECK(without.result.stats.finished == 300);
+  CHECK(without.result.stats.cached_prompt_tokens == 0);
+  CHECK(misspelled::migrate_calls == 0);
+}

@@ -137,4 +137,61 @@ concept batch_scheduler = requires(S& s, const S& cs, const request& r, double n
   { cs.idle() } -> std::convertible_to<bool>;
 };
 
+namespace detail {
+template <class S>
+concept has_cached_prompt_tokens = requires(S& s) {
+  s.stats().cached_prompt_tokens;
+};
+template <class S>
+concept has_migrate_out = requires(S& s) {
+  s.migrate_out();
+};
+
+// The opt-ins of the simulator's optional scheduler hooks, as provides_prefix_probe above.
+template <class S>
+struct cached_prompt_tokens_hook_check {
+  static constexpr bool declared = [] {
+    if constexpr (requires { S::provides_cached_prompt_tokens; })
+      return static_cast<bool>(S::provides_cached_prompt_tokens);
+    else
+      return false;
+  }();
+  static_assert(!declared || has_cached_prompt_tokens<S>,
+                "weft::sched: this scheduler declares provides_cached_prompt_tokens = true but stats() "
+                "has no member cached_prompt_tokens; check the name's spelling (stats() may return a "
+                "weft::sched::scheduler_stats), or remove provides_cached_prompt_tokens");
+  static constexpr bool value = true;
+};
+template <class S>
+struct migrate_out_hook_check {
+  static constexpr bool declared = [] {
+    if constexpr (requires { S::provides_migrate_out; })
+      return static_cast<bool>(S::provides_migrate_out);
+    else
+      return false;
+  }();
+  static_assert(!declared || has_migrate_out<S>,
+                "weft::sched: this scheduler declares provides_migrate_out = true but has no member "
+                "migrate_out(); check the name's spelling and declare it as iteration_scheduler's "
+                "`std::optional<migrated> migrate_out()`, or remove provides_migrate_out");
+  static constexpr bool value = true;
+};
+}  // namespace detail
+
+/// Optional hook of a batch_scheduler for the simulator: stats().cached_prompt_tokens, the prompt
+/// tokens its admissions found in the prefix cache; sim::simulate_* add it up over the instances into
+/// the result's stats (a scheduler without it counts 0). A scheduler that provides it should say so
+/// with `static constexpr bool provides_cached_prompt_tokens = true;`: then a misspelled member is a
+/// compile error with the fix in its message, not a count silently left at 0.
+template <class S>
+concept reports_cached_prompt_tokens =
+    detail::cached_prompt_tokens_hook_check<S>::value && detail::has_cached_prompt_tokens<S>;
+
+/// Optional hook of a batch_scheduler for the cluster simulator: migrate_out() removes one decoding
+/// request for live migration (Llumnix; iteration_scheduler::migrate_out says what it returns).
+/// sim::simulate_colocated with a migration interval needs it (errc::invalid_argument without).
+/// Opt-in: `static constexpr bool provides_migrate_out = true;`, as for reports_cached_prompt_tokens.
+template <class S>
+concept migrates_out = detail::migrate_out_hook_check<S>::value && detail::has_migrate_out<S>;
+
 }  // namespace weft::sched

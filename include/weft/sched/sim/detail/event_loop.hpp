@@ -119,9 +119,7 @@ class event_loop {
       nodes_.push_back({s});
     }
     if (c.migration_interval_s > 0.0) {
-      expects(
-          requires(S & s) { s.migrate_out(); }, errc::invalid_argument, where,
-          "migration needs a scheduler with migrate_out()");
+      expects(migrates_out<S>, errc::invalid_argument, where, "migration needs a scheduler with migrate_out()");
       next_migration_ = c.migration_interval_s;
     }
   }
@@ -155,7 +153,7 @@ class event_loop {
       out_.remote_attention_s = lend_.remote_s();
     }
     for (const auto& n : nodes_)
-      if constexpr (requires { n.s->stats().cached_prompt_tokens; })
+      if constexpr (reports_cached_prompt_tokens<S>)
         out_.result.stats.cached_prompt_tokens += n.s->stats().cached_prompt_tokens;
     return std::move(out_);
   }
@@ -332,7 +330,7 @@ class event_loop {
   void migrate() {
     if (now_ < next_migration_) return;
     next_migration_ = now_ + c_.migration_interval_s;
-    if constexpr (requires(S & s) { s.migrate_out(); }) {
+    if constexpr (migrates_out<S>) {
       std::size_t lo = 0, hi = 0;
       for (std::size_t j = 1; j < nodes_.size(); ++j) {
         if (free_kv_blocks(*nodes_[j].s) < free_kv_blocks(*nodes_[lo].s)) lo = j;
