@@ -18,7 +18,7 @@ namespace weft::comm::detail {
 inline constexpr std::uint32_t wire_magic = 0x77656674u;
 /// Bumped whenever a handshake or frame layout changes; peers of different versions refuse each
 /// other with a clear error instead of misreading bytes.
-inline constexpr std::uint16_t wire_version = 3;
+inline constexpr std::uint16_t wire_version = 4;
 
 /// Bounds on what a peer may make this process do. A violation closes that connection (or fails
 /// that operation) with weft::error and leaves every other connection and all state intact.
