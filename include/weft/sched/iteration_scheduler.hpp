@@ -114,19 +114,18 @@ class iteration_scheduler {
     may_report_ = 0;
     deferred_finish_.clear();
     const scheduler_stats stats_before = stats_;
-    kv_.begin_transaction();
-    try {
-      plan_iteration(now);
-      // Queue hooks for requests that ended here run last: they cannot be taken back.
-      for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
-    } catch (...) {
-      kv_.rollback_transaction();
-      roll_back();
-      stats_ = stats_before;
-      std::swap(batch_, previous_);
-      throw;
-    }
-    kv_.commit_transaction();
+    detail::in_transaction(
+        kv_,
+        [&] {
+          plan_iteration(now);
+          // Queue hooks for requests that ended here run last: they cannot be taken back.
+          for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
+        },
+        [&]() noexcept {
+          roll_back();
+          stats_ = stats_before;
+          std::swap(batch_, previous_);
+        });
     for (request_id id : batch_.aborted) ids_.erase(id);
     compact();
     return batch_;

@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -122,25 +121,24 @@ class prefill_first_scheduler {
     undo_.clear();
     deferred_finish_.clear();
     const scheduler_stats stats_before = stats_;
-    kv_.begin_transaction();
-    try {
-      admit(now);
-      if (batch_.entries.empty()) {
-        decode_all();
-        // Everyone gave way (a request outgrew the free cache): admit again now, so a request that
-        // can never fit is aborted and the others restart, instead of waiting for an event.
-        if (batch_.entries.empty() && !requeued_.empty()) admit(now);
-      }
-      for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
-    } catch (...) {
-      kv_.rollback_transaction();
-      roll_back();
-      stats_ = stats_before;
-      std::swap(batch_, previous_);
-      entry_slot_.clear();
-      throw;
-    }
-    kv_.commit_transaction();
+    detail::in_transaction(
+        kv_,
+        [&] {
+          admit(now);
+          if (batch_.entries.empty()) {
+            decode_all();
+            // Everyone gave way (a request outgrew the free cache): admit again now, so a request that
+            // can never fit is aborted and the others restart, instead of waiting for an event.
+            if (batch_.entries.empty() && !requeued_.empty()) admit(now);
+          }
+          for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
+        },
+        [&]() noexcept {
+          roll_back();
+          stats_ = stats_before;
+          std::swap(batch_, previous_);
+          entry_slot_.clear();
+        });
     for (const request_id id : batch_.aborted) ids_.erase(id);
     return batch_;
   }
@@ -154,11 +152,7 @@ class prefill_first_scheduler {
   void complete(std::span<const request_id> finished, std::span<const token_id> decoded = {}) {
     constexpr const char* where = "weft::sched::prefill_first_scheduler::complete";
     const std::size_t n = batch_.entries.size();
-    if (n == 0) {
-      expects(finished.empty() && decoded.empty(), errc::precondition, where,
-              "no batch is in flight (complete() was already called, or schedule() returned an empty batch)");
-      return;
-    }
+    if (detail::nothing_in_flight(n, finished, decoded, where)) return;
     detail::check_completion(batch_, finished, decoded, is_done_, where, "",
                              [&](std::size_t k) { return running_[entry_slot_[k]].with_ids; });
     // The KV manager first, in one transaction: computed KV (what publishes blocks), then frees.
@@ -180,27 +174,9 @@ class prefill_first_scheduler {
       }
     });
     // Then the scheduler's own state; nothing below throws.
-    for (std::size_t k = 0; k < n; ++k) {
-      const batch_entry& e = batch_.entries[k];
-      slot& s = running_[entry_slot_[k]];
-      s.done += e.prefill_tokens + e.decode_tokens;
-      if (e.emits_token) {
-        ++s.generated;
-        queue_.on_tokens(s.req, 1);
-        if (!decoded.empty()) s.pending = decoded[k];
-      }
-      if (is_done_[k]) {
-        queue_.on_finish(s.req, s.generated);
-        ids_.erase(s.req.id);
-        s.alive = false;
-        ++dead_;
-      }
-    }
-    batch_.entries.clear();
-    entry_slot_.clear();
-    compact();
-    if (!std::is_sorted(running_.begin(), running_.end(), by_arrival))
-      std::sort(running_.begin(), running_.end(), by_arrival);
+    detail::apply_completion(
+        batch_, entry_slot_, running_, dead_, is_done_, decoded, queue_, ids_,
+        [](const batch_entry& e, slot& s) noexcept { s.done += e.prefill_tokens + e.decode_tokens; });
   }
 
   std::size_t waiting() const noexcept { return queue_.size() + front_.size() + requeued_.size(); }
@@ -322,21 +298,7 @@ class prefill_first_scheduler {
   }
 
   // A slot for running_[i]'s next decode input (with ids: the token itself goes to the KV manager).
-  bool grow_one(std::size_t i) {
-    slot& s = running_[i];
-    if (!s.with_ids && s.done + 1 <= s.room) return true;  // counted, inside its blocks: no KV call
-    undo_.reserve(1);
-    const weft::kv::append_result r = s.with_ids ? kv_.append(s.req.id, std::span<const token_id>(&s.pending, 1))
-                                                 : kv_.grow(s.req.id, static_cast<std::size_t>(s.done + 1));
-    if (!r.fits) return false;
-    if (!s.with_ids) {
-      push_undo(undo_kind::room_saved, i).room = s.room;
-      const auto bs = static_cast<std::int64_t>(kv_.block_size());
-      s.room = (s.done + 1 + bs - 1) / bs * bs;  // grow allocates exactly the blocks the tokens need
-    }
-    if (r.copy) batch_.copies.push_back({kv_copy::kind::copy_on_write, s.req.id, {}, *r.copy});
-    return true;
-  }
+  bool grow_one(std::size_t i) { return detail::grow_one(running_, i, kv_, undo_, batch_); }
 
   // Preempts the Victim's choice among running requests after position i. False when there is none.
   bool preempt_after(std::size_t i) {
@@ -350,29 +312,8 @@ class prefill_first_scheduler {
   // Preempts running_[j] by recompute: its computed blocks are published (readmitted, it hits them
   // while they stay cached), its KV freed, and it waits at the front of the line, oldest first.
   void preempt(std::size_t j) {
-    slot back = running_[j];  // every allocation first
-    back.target = back.req.prompt_tokens + back.generated;
-    back.done = 0;
-    back.room = 0;
-    if (back.with_ids) {
-      // The KV manager holds the ids of the computed tokens; the latest sampled one follows.
-      const auto t = kv_.tokens(back.req.id);
-      back.tokens.assign(t.begin(), t.end());
-      if (back.generated > 0) back.tokens.push_back(back.pending);
-    }
-    const auto pos = static_cast<std::size_t>(std::upper_bound(requeued_.begin(), requeued_.end(), back, by_arrival) -
-                                              requeued_.begin());
-    undo_.reserve(2);
-    detail::reserve_more(requeued_, 1);
-    if (back.with_ids) kv_.computed(back.req.id, static_cast<std::size_t>(running_[j].done));
-    kv_.free(back.req.id);
-    batch_.preempted_recompute.push_back(back.req.id);
-    push_undo(undo_kind::killed, j);
-    running_[j].alive = false;
-    ++dead_;
-    push_undo(undo_kind::requeued_inserted, pos);
-    requeued_.insert(requeued_.begin() + static_cast<std::ptrdiff_t>(pos), std::move(back));
-    ++stats_.preempted_recompute;
+    detail::preempt_by_recompute(
+        running_, j, dead_, requeued_, kv_, undo_, batch_, stats_, [](slot&) {}, [] {});
   }
 
   void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode) {

@@ -1,4 +1,5 @@
-// Internal: the parts of complete() every weft batch scheduler shares: the checks of the engine's
+// Internal: the parts of schedule() and complete() every weft batch scheduler shares: the KV
+// transaction around schedule(), the checks of the engine's
 // report (finished ids and decoded tokens against the batch in flight), made before anything changes,
 // and the KV transaction opened only when a report or a free needs the KV manager.
 #pragma once
@@ -72,6 +73,32 @@ void in_lazy_transaction(KV& kv, Body&& body) {
     throw;
   }
   if (open) kv.commit_transaction();
+}
+
+/// schedule()'s frame: body() runs inside kv's transaction, committed when it returns; when it
+/// throws, the transaction is rolled back, undo() restores the scheduler's own state (it must not
+/// throw) and the exception passes on. O(1) plus body (and undo).
+template <class KV, class Body, class Undo>
+void in_transaction(KV& kv, Body&& body, Undo&& undo) {
+  kv.begin_transaction();
+  try {
+    body();
+  } catch (...) {
+    kv.rollback_transaction();
+    undo();
+    throw;
+  }
+  kv.commit_transaction();
+}
+
+/// complete()'s answer when no batch is in flight (n == 0 entries): true, after checking that nothing
+/// was reported for it (weft::error(precondition) otherwise); false while a batch is in flight. O(1).
+inline bool nothing_in_flight(std::size_t n, std::span<const request_id> finished, std::span<const token_id> decoded,
+                              const char* where) {
+  if (n != 0) return false;
+  expects(finished.empty() && decoded.empty(), errc::precondition, where,
+          "no batch is in flight (complete() was already called, or schedule() returned an empty batch)");
+  return true;
 }
 
 }  // namespace weft::sched::detail

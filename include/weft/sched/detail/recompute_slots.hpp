@@ -6,10 +6,14 @@
 #pragma once
 
 #include <weft/core/error.hpp>
+#include <weft/sched/batch.hpp>
+#include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/detail/undo_log.hpp>
 #include <weft/sched/request.hpp>
+#include <weft/sched/scheduler_options.hpp>  // scheduler_stats
 #include <weft/sched/victim_policy.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -157,6 +161,94 @@ void roll_back(recompute_undo_log<Slot>& log, std::vector<Slot>& running, std::s
         break;
     }
   });
+}
+
+/// Room in running[i]'s KV for its next decode input (with ids, the token itself goes to the KV
+/// manager): false when the KV manager has none; a copy-on-write it asks for joins b.copies. A counted
+/// request inside its blocks needs no KV call. Logs the room it changes. O(KV append or grow).
+template <class Slot, class KV>
+bool grow_one(std::vector<Slot>& running, std::size_t i, KV& kv, recompute_undo_log<Slot>& undo, batch& b) {
+  Slot& s = running[i];
+  if (!s.with_ids && s.done + 1 <= s.room) return true;  // counted, inside its blocks: no KV call
+  undo.reserve(1);
+  const auto r = s.with_ids ? kv.append(s.req.id, std::span<const token_id>(&s.pending, 1))
+                            : kv.grow(s.req.id, static_cast<std::size_t>(s.done + 1));
+  if (!r.fits) return false;
+  if (!s.with_ids) {
+    push_undo(undo, recompute_undo::room_saved, i).room = s.room;
+    const auto bs = static_cast<std::int64_t>(kv.block_size());
+    s.room = (s.done + 1 + bs - 1) / bs * bs;  // grow allocates exactly the blocks the tokens need
+  }
+  if (r.copy) b.copies.push_back({kv_copy::kind::copy_on_write, s.req.id, {}, *r.copy});
+  return true;
+}
+
+/// Preempts running[j] by recompute: its computed blocks are published (readmitted, it hits them while
+/// they stay cached), its KV freed, and it waits in `requeued` (arrival order) to prefill its prompt
+/// and output again. restart(slot) resets the scheduler's own fields of the waiting copy; unlist()
+/// runs just before running[j] is marked dead. Logged for undo. O(R + its tokens).
+template <class Slot, class KV, class Restart, class Unlist>
+void preempt_by_recompute(std::vector<Slot>& running, std::size_t j, std::size_t& dead, std::vector<Slot>& requeued,
+                          KV& kv, recompute_undo_log<Slot>& undo, batch& b, scheduler_stats& stats, Restart&& restart,
+                          Unlist&& unlist) {
+  Slot back = running[j];  // every allocation first
+  back.target = back.req.prompt_tokens + back.generated;
+  back.done = 0;
+  back.room = 0;
+  restart(back);
+  if (back.with_ids) {
+    // The KV manager holds the ids of the computed tokens; the latest sampled one follows.
+    const auto t = kv.tokens(back.req.id);
+    back.tokens.assign(t.begin(), t.end());
+    if (back.generated > 0) back.tokens.push_back(back.pending);
+  }
+  const auto pos = static_cast<std::size_t>(std::upper_bound(requeued.begin(), requeued.end(), back, by_arrival<Slot>) -
+                                            requeued.begin());
+  undo.reserve(2);
+  reserve_more(requeued, 1);
+  if (back.with_ids) kv.computed(back.req.id, static_cast<std::size_t>(running[j].done));
+  kv.free(back.req.id);
+  b.preempted_recompute.push_back(back.req.id);
+  unlist();
+  push_undo(undo, recompute_undo::killed, j);
+  running[j].alive = false;
+  ++dead;
+  push_undo(undo, recompute_undo::requeued_inserted, pos);
+  requeued.insert(requeued.begin() + static_cast<std::ptrdiff_t>(pos), std::move(back));
+  ++stats.preempted_recompute;
+}
+
+/// complete()'s change to the scheduler's own state, once the KV manager has heard (nothing here
+/// throws but the Queue's hooks, which must not): for every entry k of b, advance(entry, slot) moves its request on; an
+/// emitting entry counts its token (Queue::on_tokens) and keeps decoded[k] as the next input; a finished one
+/// (is_done[k]) ends (Queue::on_finish, id forgotten). Then the batch is emptied, dead slots removed and arrival order
+/// restored. O(E + R log R) when the order changed, else O(E + R).
+template <class Slot, class Queue, class Ids, class Advance>
+void apply_completion(batch& b, std::vector<std::size_t>& entry_slot, std::vector<Slot>& running, std::size_t& dead,
+                      const std::vector<char>& is_done, std::span<const token_id> decoded, Queue& queue, Ids& ids,
+                      Advance&& advance) {
+  for (std::size_t k = 0; k < b.entries.size(); ++k) {
+    const batch_entry& e = b.entries[k];
+    Slot& s = running[entry_slot[k]];
+    advance(e, s);
+    if (e.emits_token) {
+      ++s.generated;
+      queue.on_tokens(s.req, 1);
+      if (!decoded.empty()) s.pending = decoded[k];
+    }
+    if (is_done[k]) {
+      queue.on_finish(s.req, s.generated);
+      ids.erase(s.req.id);
+      s.alive = false;
+      ++dead;
+    }
+  }
+  b.entries.clear();
+  entry_slot.clear();
+  compact(running, dead);
+  // Ids are unique, so arrival order is a strict total order: any sort gives the one result.
+  if (!std::is_sorted(running.begin(), running.end(), by_arrival<Slot>))
+    std::sort(running.begin(), running.end(), by_arrival<Slot>);
 }
 
 }  // namespace weft::sched::detail
