@@ -198,23 +198,8 @@ class layered_prefill_scheduler {
     detail::check_completion(batch_, finished, decoded, is_done_, where, " (a layer group short of the last layer)",
                              [&](std::size_t k) { return running_[entry_slot_[k]].with_ids; });
     // The KV manager first, in one transaction: computed KV (only once every layer has it), then frees.
-    const auto bs = static_cast<std::int64_t>(kv_.block_size());
-    detail::in_lazy_transaction(kv_, [&](auto begin) {
-      for (std::size_t k = 0; k < n; ++k) {
-        const batch_entry& e = batch_.entries[k];
-        const slot& s = running_[entry_slot_[k]];
-        if (!s.with_ids || !e.layers.reaches_output()) continue;  // counted, or KV not in every layer yet
-        const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
-        if (!(is_done_[k] || e.prefill_tokens > 0 || done % bs == 0)) continue;
-        begin();
-        kv_.computed(s.req.id, static_cast<std::size_t>(done));
-      }
-      for (std::size_t k = 0; k < n; ++k) {
-        if (!is_done_[k]) continue;
-        begin();
-        kv_.free(running_[entry_slot_[k]].req.id);
-      }
-    });
+    detail::report_and_free(kv_, batch_, entry_slot_, running_, is_done_,
+                            [](const batch_entry& e) { return e.layers.reaches_output(); });
     // Then the scheduler's own state; nothing below throws.
     detail::apply_completion(batch_, entry_slot_, running_, dead_, is_done_, decoded, queue_, ids_,
                              [](const batch_entry& e, slot& s) noexcept {

@@ -156,23 +156,7 @@ class prefill_first_scheduler {
     detail::check_completion(batch_, finished, decoded, is_done_, where, "",
                              [&](std::size_t k) { return running_[entry_slot_[k]].with_ids; });
     // The KV manager first, in one transaction: computed KV (what publishes blocks), then frees.
-    const auto bs = static_cast<std::int64_t>(kv_.block_size());
-    detail::in_lazy_transaction(kv_, [&](auto begin) {
-      for (std::size_t k = 0; k < n; ++k) {
-        const batch_entry& e = batch_.entries[k];
-        const slot& s = running_[entry_slot_[k]];
-        const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
-        // Counted requests publish nothing; with ids, a prefill, a filled block and an end report.
-        if (!s.with_ids || !(is_done_[k] || e.prefill_tokens > 0 || done % bs == 0)) continue;
-        begin();
-        kv_.computed(s.req.id, static_cast<std::size_t>(done));
-      }
-      for (std::size_t k = 0; k < n; ++k) {
-        if (!is_done_[k]) continue;
-        begin();
-        kv_.free(running_[entry_slot_[k]].req.id);
-      }
-    });
+    detail::report_and_free(kv_, batch_, entry_slot_, running_, is_done_, [](const batch_entry&) { return true; });
     // Then the scheduler's own state; nothing below throws.
     detail::apply_completion(
         batch_, entry_slot_, running_, dead_, is_done_, decoded, queue_, ids_,

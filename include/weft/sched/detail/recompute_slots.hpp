@@ -7,6 +7,7 @@
 
 #include <weft/core/error.hpp>
 #include <weft/sched/batch.hpp>
+#include <weft/sched/detail/completion.hpp>
 #include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/detail/undo_log.hpp>
 #include <weft/sched/request.hpp>
@@ -249,6 +250,34 @@ void apply_completion(batch& b, std::vector<std::size_t>& entry_slot, std::vecto
   // Ids are unique, so arrival order is a strict total order: any sort gives the one result.
   if (!std::is_sorted(running.begin(), running.end(), by_arrival<Slot>))
     std::sort(running.begin(), running.end(), by_arrival<Slot>);
+}
+
+/// complete()'s KV step, in one transaction opened only when needed: a request with token ids reports
+/// its computed KV (what publishes full blocks) after a prefill, when a block fills and when it ends,
+/// but only once its KV is in every layer (in_every_layer(entry); counted requests publish nothing);
+/// then the finished requests' KV is freed. On a throw the KV manager is as before. O(E) KV calls.
+template <class Slot, class KV, class InEveryLayer>
+void report_and_free(KV& kv, const batch& b, const std::vector<std::size_t>& entry_slot,
+                     const std::vector<Slot>& running, const std::vector<char>& is_done,
+                     InEveryLayer&& in_every_layer) {
+  const auto bs = static_cast<std::int64_t>(kv.block_size());
+  const std::size_t n = b.entries.size();
+  in_lazy_transaction(kv, [&](auto begin) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const batch_entry& e = b.entries[k];
+      const Slot& s = running[entry_slot[k]];
+      if (!s.with_ids || !in_every_layer(e)) continue;
+      const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
+      if (!(is_done[k] || e.prefill_tokens > 0 || done % bs == 0)) continue;
+      begin();
+      kv.computed(s.req.id, static_cast<std::size_t>(done));
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      if (!is_done[k]) continue;
+      begin();
+      kv.free(running[entry_slot[k]].req.id);
+    }
+  });
 }
 
 }  // namespace weft::sched::detail
