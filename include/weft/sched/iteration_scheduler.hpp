@@ -114,18 +114,19 @@ class iteration_scheduler {
     may_report_ = 0;
     deferred_finish_.clear();
     const scheduler_stats stats_before = stats_;
-    detail::in_transaction(
-        kv_,
-        [&] {
-          plan_iteration(now);
-          // Queue hooks for requests that ended here run last: they cannot be taken back.
-          for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
-        },
-        [&]() noexcept {
-          roll_back();
-          stats_ = stats_before;
-          std::swap(batch_, previous_);
-        });
+    kv_.begin_transaction();
+    try {
+      plan_iteration(now);
+      // Queue hooks for requests that ended here run last: they cannot be taken back.
+      for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
+    } catch (...) {
+      kv_.rollback_transaction();
+      roll_back();
+      stats_ = stats_before;
+      std::swap(batch_, previous_);
+      throw;
+    }
+    kv_.commit_transaction();
     for (request_id id : batch_.aborted) ids_.erase(id);
     compact();
     return batch_;
@@ -157,7 +158,12 @@ class iteration_scheduler {
     for (std::size_t k = 0; k < n && done_entries_.size() < found; ++k)
       if (is_done_[k]) done_entries_.push_back(k);
     // The KV manager first, in one transaction: computed KV (what publishes blocks) and frees.
-    detail::in_lazy_transaction(kv_, [&](auto begin) {
+    bool open = false;
+    auto begin = [&] {
+      if (!open) kv_.begin_transaction();
+      open = true;
+    };
+    try {
       // Only prefill steps, first steps and finishing requests can need the KV manager (see
       // needs_report); schedule() counted the first two, so a batch of decodes skips this pass.
       for (std::size_t k = 0; k < n && (may_report_ > 0 || !done_entries_.empty()); ++k) {
@@ -182,7 +188,11 @@ class iteration_scheduler {
         begin();
         kv_.free(running_[entry_slot_[k]].req.id);
       }
-    });
+    } catch (...) {
+      if (open) kv_.rollback_transaction();
+      throw;
+    }
+    if (open) kv_.commit_transaction();
     // Then the scheduler's own state; nothing below throws.
     for (std::size_t k = 0; k < n; ++k) {
       const batch_entry& e = batch_.entries[k];
