@@ -1,7 +1,7 @@
-// Internal: the parts of schedule() and complete() every weft batch scheduler shares: the KV
-// transaction around schedule(), the checks of the engine's
-// report (finished ids and decoded tokens against the batch in flight), made before anything changes,
-// and the KV transaction opened only when a report or a free needs the KV manager.
+// Internal: the parts of schedule() and complete() weft's batch schedulers share: the checks of the
+// engine's report (finished ids and decoded tokens against the batch in flight, all three schedulers),
+// made before anything changes, and the KV transaction frames of prefill_first_scheduler and
+// layered_prefill_scheduler (iteration_scheduler keeps its own inline: measured ~4% faster there).
 #pragma once
 
 #include <weft/core/error.hpp>
