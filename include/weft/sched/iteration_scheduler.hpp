@@ -13,6 +13,7 @@
 #include <weft/sched/chunked_prefill.hpp>  // named settings, once defined here
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/continuous_batching.hpp>  // named settings, once defined here
+#include <weft/sched/detail/completion.hpp>
 #include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/detail/submission.hpp>
 #include <weft/sched/detail/undo_log.hpp>
@@ -149,39 +150,13 @@ class iteration_scheduler {
               finished.empty() ? "" : "the first finished request is ", finished.empty() ? request_id{} : finished[0]);
       return;
     }
-    expects(decoded.empty() || decoded.size() == n, errc::invalid_argument, where, "the last batch has ", n,
-            " entries but ", decoded.size(), " decoded tokens were given; give one per entry, in entry order");
-    // One pass finds every finished id among the entries (F is small: a linear find per entry);
-    // all are checked before anything changes.
+    // Every finished id is checked before anything changes.
+    const std::size_t found =
+        detail::check_completion(batch_, finished, decoded, is_done_, where, " (a partial prefill)",
+                                 [&](std::size_t k) { return !running_[entry_slot_[k]].req.prompt.empty(); });
     done_entries_.clear();
-    is_done_.assign(n, 0);
-    for (std::size_t k = 0; k < n && !finished.empty(); ++k) {
-      const batch_entry& e = batch_.entries[k];
-      if (std::find(finished.begin(), finished.end(), e.id) != finished.end()) {
-        expects(e.emits_token, errc::invalid_argument, where, "request ", e.id,
-                " is listed as finished but its entry in the last batch emitted no token (a partial prefill)");
-        done_entries_.push_back(k);
-        is_done_[k] = 1;
-      }
-    }
-    if (done_entries_.size() != finished.size()) {
-      for (std::size_t f = 0; f < finished.size(); ++f) {
-        const request_id id = finished[f];
-        expects(
-            std::any_of(batch_.entries.begin(), batch_.entries.end(), [&](const batch_entry& e) { return e.id == id; }),
-            errc::not_found, where, "request ", id, " is listed as finished but is not in the last batch");
-        expects(std::find(finished.begin() + static_cast<std::ptrdiff_t>(f) + 1, finished.end(), id) == finished.end(),
-                errc::invalid_argument, where, "request ", id, " is listed as finished twice");
-      }
-    }
-    if (decoded.empty()) {
-      for (std::size_t k = 0; k < n; ++k) {
-        const slot& s = running_[entry_slot_[k]];
-        expects(!batch_.entries[k].emits_token || is_done_[k] || s.req.prompt.empty(), errc::invalid_argument, where,
-                "request ", s.req.id, " carries token ids and emitted a token in the last batch: complete() needs ",
-                "the decoded token of every entry (decoded is empty)");
-      }
-    }
+    for (std::size_t k = 0; k < n && done_entries_.size() < found; ++k)
+      if (is_done_[k]) done_entries_.push_back(k);
     // The KV manager first, in one transaction: computed KV (what publishes blocks) and frees.
     bool open = false;
     auto begin = [&] {

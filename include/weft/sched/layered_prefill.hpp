@@ -11,8 +11,11 @@
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
 #include <weft/sched/concepts.hpp>
+#include <weft/sched/detail/completion.hpp>
+#include <weft/sched/detail/recompute_slots.hpp>
 #include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/detail/submission.hpp>
+#include <weft/sched/detail/undo_log.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/scheduler_options.hpp>  // scheduler_stats
@@ -23,7 +26,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -112,12 +114,11 @@ inline layer_range layer_group(const layered_prefill_options& o, int g) {
 /// KV manager hears of a prefill's computed KV only after its last group (complete() reports it then).
 ///
 /// Every public call either succeeds or throws weft::error leaving the scheduler and its KV manager as
-/// they were (one KV transaction per call; schedule() restores a copy of its own state, taken at the
-/// start, when anything throws; a request it had taken from the Queue then waits at the front of the
-/// line). The Queue's hooks must not throw for requests it handed out. Satisfies batch_scheduler.
-/// Not thread-safe (one engine loop owns it). schedule O(R + A log W) (R running, A admitted, W
-/// waiting, plus the Queue's and KV manager's costs; the state copy is O(R)); complete O(E + F * E +
-/// R log R) (E batch entries, F finished).
+/// they were (one KV transaction per call plus an undo log of its own changes; a request a failed
+/// schedule() had taken from the Queue then waits at the front of the line). The Queue's hooks must
+/// not throw for requests it handed out. Satisfies batch_scheduler. Not thread-safe (one engine loop
+/// owns it). schedule O(R + A log W) (R running, A admitted, W waiting, plus the Queue's and KV
+/// manager's costs); complete O(E + F * E + R log R) (E batch entries, F finished).
 template <fair_queue Queue = fcfs_queue, kv_manager KV = weft::kv::kv_manager<>,
           victim_policy Victim = latest_arrival_victim>
 class layered_prefill_scheduler {
@@ -161,30 +162,24 @@ class layered_prefill_scheduler {
     std::swap(batch_, previous_);
     batch_.clear();
     entry_slot_.clear();
+    undo_.clear();
     deferred_finish_.clear();
-    saved_running_ = running_;  // the state copy a failed call restores
-    saved_requeued_ = requeued_;
-    saved_front_ = front_;
-    saved_stats_ = stats_;
-    popped_ = 0;
-    kv_.begin_transaction();
-    try {
-      decode_all();
-      advance_prefills();
-      if (!prefill_in_flight()) admit(now);
-      for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
-    } catch (...) {
-      kv_.rollback_transaction();
-      std::swap(running_, saved_running_);
-      std::swap(requeued_, saved_requeued_);
-      std::swap(front_, saved_front_);
-      stats_ = saved_stats_;
-      dead_ = 0;
-      std::swap(batch_, previous_);
-      entry_slot_.clear();
-      throw;
-    }
-    kv_.commit_transaction();
+    const scheduler_stats stats_before = stats_;
+    detail::in_transaction(
+        kv_,
+        [&] {
+          decode_all();
+          advance_prefills();
+          if (!prefill_in_flight()) admit(now);
+          for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
+        },
+        [&]() noexcept {
+          // A request taken from the Queue waits ahead of those a failed call had taken before.
+          detail::roll_back(undo_, running_, dead_, requeued_, front_, true);
+          stats_ = stats_before;
+          std::swap(batch_, previous_);
+          entry_slot_.clear();
+        });
     for (const request_id id : batch_.aborted) ids_.erase(id);
     return batch_;
   }
@@ -199,93 +194,22 @@ class layered_prefill_scheduler {
   void complete(std::span<const request_id> finished, std::span<const token_id> decoded = {}) {
     constexpr const char* where = "weft::sched::layered_prefill_scheduler::complete";
     const std::size_t n = batch_.entries.size();
-    if (n == 0) {
-      expects(finished.empty() && decoded.empty(), errc::precondition, where,
-              "no batch is in flight (complete() was already called, or schedule() returned an empty batch)");
-      return;
-    }
-    expects(decoded.empty() || decoded.size() == n, errc::invalid_argument, where, "the last batch has ", n,
-            " entries but ", decoded.size(), " decoded tokens were given; give one per entry, in entry order");
-    is_done_.assign(n, 0);
-    std::size_t found = 0;
-    for (std::size_t k = 0; k < n && !finished.empty(); ++k) {
-      const batch_entry& e = batch_.entries[k];
-      if (std::find(finished.begin(), finished.end(), e.id) == finished.end()) continue;
-      expects(e.emits_token, errc::invalid_argument, where, "request ", e.id,
-              " is listed as finished but its entry in the last batch emitted no token (a layer group short of "
-              "the last layer)");
-      is_done_[k] = 1;
-      ++found;
-    }
-    if (found != finished.size()) {
-      for (std::size_t f = 0; f < finished.size(); ++f) {
-        const request_id id = finished[f];
-        expects(
-            std::any_of(batch_.entries.begin(), batch_.entries.end(), [&](const batch_entry& e) { return e.id == id; }),
-            errc::not_found, where, "request ", id, " is listed as finished but is not in the last batch");
-        expects(std::find(finished.begin() + static_cast<std::ptrdiff_t>(f) + 1, finished.end(), id) == finished.end(),
-                errc::invalid_argument, where, "request ", id, " is listed as finished twice");
-      }
-    }
-    if (decoded.empty())
-      for (std::size_t k = 0; k < n; ++k) {
-        const slot& s = running_[entry_slot_[k]];
-        expects(!batch_.entries[k].emits_token || is_done_[k] || !s.with_ids, errc::invalid_argument, where, "request ",
-                s.req.id, " carries token ids and emitted a token in the last batch: complete() needs ",
-                "the decoded token of every entry (decoded is empty)");
-      }
+    if (detail::nothing_in_flight(n, finished, decoded, where)) return;
+    detail::check_completion(batch_, finished, decoded, is_done_, where, " (a layer group short of the last layer)",
+                             [&](std::size_t k) { return running_[entry_slot_[k]].with_ids; });
     // The KV manager first, in one transaction: computed KV (only once every layer has it), then frees.
-    const auto bs = static_cast<std::int64_t>(kv_.block_size());
-    bool open = false;
-    try {
-      for (std::size_t k = 0; k < n; ++k) {
-        const batch_entry& e = batch_.entries[k];
-        const slot& s = running_[entry_slot_[k]];
-        if (!s.with_ids || !e.layers.reaches_output()) continue;  // counted, or KV not in every layer yet
-        const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
-        if (!(is_done_[k] || e.prefill_tokens > 0 || done % bs == 0)) continue;
-        if (!open) kv_.begin_transaction();
-        open = true;
-        kv_.computed(s.req.id, static_cast<std::size_t>(done));
-      }
-      for (std::size_t k = 0; k < n; ++k) {
-        if (!is_done_[k]) continue;
-        if (!open) kv_.begin_transaction();
-        open = true;
-        kv_.free(running_[entry_slot_[k]].req.id);
-      }
-    } catch (...) {
-      if (open) kv_.rollback_transaction();
-      throw;
-    }
-    if (open) kv_.commit_transaction();
+    detail::report_and_free(kv_, batch_, entry_slot_, running_, is_done_,
+                            [](const batch_entry& e) { return e.layers.reaches_output(); });
     // Then the scheduler's own state; nothing below throws.
-    for (std::size_t k = 0; k < n; ++k) {
-      const batch_entry& e = batch_.entries[k];
-      slot& s = running_[entry_slot_[k]];
-      if (e.layers.reaches_output()) {
-        s.done += e.prefill_tokens + e.decode_tokens;
-        s.group = 0;
-      } else {
-        ++s.group;  // the next iteration runs its next layer group
-      }
-      if (e.emits_token) {
-        ++s.generated;
-        queue_.on_tokens(s.req, 1);
-        if (!decoded.empty()) s.pending = decoded[k];
-      }
-      if (is_done_[k]) {
-        queue_.on_finish(s.req, s.generated);
-        ids_.erase(s.req.id);
-        s.alive = false;
-        ++dead_;
-      }
-    }
-    batch_.entries.clear();
-    entry_slot_.clear();
-    compact();
-    if (!std::is_sorted(running_.begin(), running_.end(), by_arrival))
-      std::stable_sort(running_.begin(), running_.end(), by_arrival);
+    detail::apply_completion(batch_, entry_slot_, running_, dead_, is_done_, decoded, queue_, ids_,
+                             [](const batch_entry& e, slot& s) noexcept {
+                               if (e.layers.reaches_output()) {
+                                 s.done += e.prefill_tokens + e.decode_tokens;
+                                 s.group = 0;
+                               } else {
+                                 ++s.group;  // the next iteration runs its next layer group
+                               }
+                             });
   }
 
   std::size_t waiting() const noexcept { return queue_.size() + front_.size() + requeued_.size(); }
@@ -318,24 +242,16 @@ class layered_prefill_scheduler {
     bool alive = true;
     std::vector<token_id> tokens;  // with ids, after a preemption: every id to prefill again
   };
-  static bool by_arrival(const slot& a, const slot& b) noexcept {
-    return std::tie(a.req.arrival_s, a.req.id) < std::tie(b.req.arrival_s, b.req.id);
-  }
 
-  std::int64_t blocks_for(std::int64_t tokens) const noexcept {
-    const auto bs = static_cast<std::int64_t>(kv_.block_size());
-    return tokens / bs + (tokens % bs != 0 ? 1 : 0);
-  }
+  std::int64_t blocks_for(std::int64_t tokens) const noexcept { return detail::blocks_for(tokens, kv_.block_size()); }
   bool prefilling(const slot& s) const noexcept { return s.done < s.target; }
 
-  slot fresh(const request& r) const {
-    slot s;
-    s.req = r;
-    s.target = r.prompt_tokens;
-    s.done = r.kv_ready_tokens;
-    s.with_ids = !r.prompt.empty();
-    if (s.done == s.target) s.generated = 1;  // prefilled elsewhere: the first token exists
-    return s;
+  // schedule()'s undo log (detail::undo_log: applied newest first on failure); callers reserve room
+  // before pushing.
+  using undo_kind = detail::recompute_undo;
+  detail::recompute_undo_entry<slot>& push_undo(undo_kind kind, std::size_t index,
+                                                std::optional<slot> saved = std::nullopt) {
+    return detail::push_undo(undo_, kind, index, std::move(saved));
   }
 
   // (1) Every running decode, oldest first; a request that cannot grow preempts a later arrival.
@@ -356,31 +272,21 @@ class layered_prefill_scheduler {
     }
   }
 
-  enum class source : std::uint8_t { requeued, front, queue };
-
   // (3) No prefill in flight: admit prompts that fit, each starting its first layer group now.
   void admit(double now) {
     const std::size_t first_new = running_.size();
     std::int64_t prompt_tokens = 0;
     while (running() < opt_.max_running) {
-      source from = source::queue;
-      const request* next = nullptr;
-      if (!requeued_.empty()) {
-        from = source::requeued;
-        next = &requeued_.front().req;
-      } else if (!front_.empty()) {
-        from = source::front;
-        next = &front_.front();
-      } else {
-        next = queue_.peek(now);
-      }
+      const auto [from, next] = detail::next_to_admit(requeued_, front_, queue_, now);
       if (next == nullptr) break;
-      slot s = from == source::requeued ? requeued_.front() : fresh(*next);
-      if (from == source::requeued && running() == 0 &&
+      slot s = from == detail::admit_source::requeued ? requeued_.front() : detail::fresh_slot<slot>(*next);
+      if (from == detail::admit_source::requeued && running() == 0 &&
           std::cmp_greater(blocks_for(s.target + 1), kv_.usable_blocks())) {
         // Prompt plus output outgrew the whole cache: end it (the only way a request ends unfinished).
+        undo_.reserve(1);
         deferred_finish_.emplace_back(s.req, s.generated);
         batch_.aborted.push_back(s.req.id);
+        push_undo(undo_kind::requeued_erased, 0, std::move(requeued_.front()));
         requeued_.erase(requeued_.begin());
         ++stats_.aborted;
         continue;
@@ -408,20 +314,23 @@ class layered_prefill_scheduler {
       s.tokens.clear();  // the KV manager holds them now
       s.alive = true;
       s.group = 0;
+      // Take it from its source, and into running (undo-logged; room reserved first).
+      undo_.reserve(2);
       detail::reserve_more(running_, 1);
-      if (from == source::requeued) {
+      if (from == detail::admit_source::requeued) {
+        push_undo(undo_kind::requeued_erased, 0, std::move(requeued_.front()));
         requeued_.erase(requeued_.begin());
-      } else if (from == source::front) {
+      } else if (from == detail::admit_source::front) {
+        push_undo(undo_kind::front_erased, 0, slot{}).saved->req = front_.front();
         front_.erase(front_.begin());
         ++stats_.admitted;
       } else {
-        detail::reserve_more(saved_front_, 1);
-        const request popped = queue_.pop(now);
-        // A failed call puts it at the front of the line (after any it popped before).
-        saved_front_.insert(saved_front_.begin() + static_cast<std::ptrdiff_t>(popped_++), popped);
+        const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
+        push_undo(undo_kind::queue_popped, 0, slot{}).saved->req = popped;
         ++stats_.admitted;
         queue_.on_admit(s.req);
       }
+      push_undo(undo_kind::running_inserted, running_.size());
       running_.push_back(std::move(s));
       const slot& added = running_.back();
       if (prefilling(added)) prompt_tokens += added.target - added.done;
@@ -444,64 +353,27 @@ class layered_prefill_scheduler {
   }
 
   // A slot for running_[i]'s next decode input (with ids: the token itself goes to the KV manager).
-  bool grow_one(std::size_t i) {
-    slot& s = running_[i];
-    if (!s.with_ids && s.done + 1 <= s.room) return true;  // counted, inside its blocks: no KV call
-    const weft::kv::append_result r = s.with_ids ? kv_.append(s.req.id, std::span<const token_id>(&s.pending, 1))
-                                                 : kv_.grow(s.req.id, static_cast<std::size_t>(s.done + 1));
-    if (!r.fits) return false;
-    if (!s.with_ids) {
-      const auto bs = static_cast<std::int64_t>(kv_.block_size());
-      s.room = (s.done + 1 + bs - 1) / bs * bs;  // grow allocates exactly the blocks the tokens need
-    }
-    if (r.copy) batch_.copies.push_back({kv_copy::kind::copy_on_write, s.req.id, {}, *r.copy});
-    return true;
-  }
+  bool grow_one(std::size_t i) { return detail::grow_one(running_, i, kv_, undo_, batch_); }
 
   // Preempts the Victim's choice among running requests after position i. False when there is none.
   bool preempt_after(std::size_t i) {
-    candidates_.clear();
-    candidate_slot_.clear();
-    for (std::size_t j = i + 1; j < running_.size(); ++j) {
-      const slot& v = running_[j];
-      if (!v.alive) continue;
-      candidates_.push_back({v.req.id, v.req.client, v.req.priority, v.req.arrival_s, 0,
-                             static_cast<std::int64_t>(kv_.blocks(v.req.id).size()), v.generated});
-      candidate_slot_.push_back(j);
-    }
-    if (candidates_.empty()) return false;
-    const std::size_t pick = victim_.choose(std::span<const victim_candidate>(candidates_));
-    expects(pick < candidates_.size(), errc::out_of_range, "weft::sched::layered_prefill_scheduler::schedule",
-            "victim policy returned index ", pick, " of ", candidates_.size(), " candidates");
-    preempt(candidate_slot_[pick]);
+    const std::optional<std::size_t> victim = detail::victim_after(
+        running_, i, kv_, victim_, candidates_, candidate_slot_, "weft::sched::layered_prefill_scheduler::schedule");
+    if (!victim) return false;
+    preempt(*victim);
     return true;
   }
 
   // Preempts running_[j] by recompute (a prefill in flight loses its partial layers): its computed
   // blocks are published, its KV freed, and it waits at the front of the line, oldest first.
   void preempt(std::size_t j) {
-    slot back = running_[j];
-    back.target = back.req.prompt_tokens + back.generated;
-    back.done = 0;
-    back.room = 0;
-    back.group = 0;
-    back.groups = 1;
-    if (back.with_ids) {
-      const auto t = kv_.tokens(back.req.id);
-      back.tokens.assign(t.begin(), t.end());
-      if (back.generated > 0) back.tokens.push_back(back.pending);
-    }
-    const auto pos = static_cast<std::size_t>(std::upper_bound(requeued_.begin(), requeued_.end(), back, by_arrival) -
-                                              requeued_.begin());
-    detail::reserve_more(requeued_, 1);
-    if (back.with_ids) kv_.computed(back.req.id, static_cast<std::size_t>(running_[j].done));
-    kv_.free(back.req.id);
-    batch_.preempted_recompute.push_back(back.req.id);
-    drop_entry(j);
-    running_[j].alive = false;
-    ++dead_;
-    requeued_.insert(requeued_.begin() + static_cast<std::ptrdiff_t>(pos), std::move(back));
-    ++stats_.preempted_recompute;
+    detail::preempt_by_recompute(
+        running_, j, dead_, requeued_, kv_, undo_, batch_, stats_,
+        [](slot& back) {
+          back.group = 0;
+          back.groups = 1;
+        },
+        [&] { drop_entry(j); });
   }
 
   void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode, layer_range layers) {
@@ -534,11 +406,7 @@ class layered_prefill_scheduler {
   }
 
   // Removes dead slots, keeping order. Only between batches (no entry refers to a slot).
-  void compact() noexcept {
-    if (dead_ == 0) return;
-    std::erase_if(running_, [](const slot& s) { return !s.alive; });
-    dead_ = 0;
-  }
+  void compact() noexcept { detail::compact(running_, dead_); }
 
   layered_prefill_options opt_;
   Queue queue_;
@@ -562,13 +430,7 @@ class layered_prefill_scheduler {
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
   std::vector<std::pair<request, std::int64_t>> deferred_finish_;
-  // schedule()'s copy of the state, restored when it throws; popped_ counts the requests it took from
-  // the Queue (they lead saved_front_).
-  std::vector<slot> saved_running_;
-  std::vector<slot> saved_requeued_;
-  std::vector<request> saved_front_;
-  scheduler_stats saved_stats_;
-  std::size_t popped_ = 0;
+  detail::recompute_undo_log<slot> undo_;  // schedule()'s changes to the above, undone when it throws
   std::size_t dead_ = 0;
 };
 

@@ -12,6 +12,8 @@
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
 #include <weft/sched/concepts.hpp>
+#include <weft/sched/detail/completion.hpp>
+#include <weft/sched/detail/recompute_slots.hpp>
 #include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/detail/submission.hpp>
 #include <weft/sched/detail/undo_log.hpp>
@@ -25,7 +27,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -120,25 +121,24 @@ class prefill_first_scheduler {
     undo_.clear();
     deferred_finish_.clear();
     const scheduler_stats stats_before = stats_;
-    kv_.begin_transaction();
-    try {
-      admit(now);
-      if (batch_.entries.empty()) {
-        decode_all();
-        // Everyone gave way (a request outgrew the free cache): admit again now, so a request that
-        // can never fit is aborted and the others restart, instead of waiting for an event.
-        if (batch_.entries.empty() && !requeued_.empty()) admit(now);
-      }
-      for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
-    } catch (...) {
-      kv_.rollback_transaction();
-      roll_back();
-      stats_ = stats_before;
-      std::swap(batch_, previous_);
-      entry_slot_.clear();
-      throw;
-    }
-    kv_.commit_transaction();
+    detail::in_transaction(
+        kv_,
+        [&] {
+          admit(now);
+          if (batch_.entries.empty()) {
+            decode_all();
+            // Everyone gave way (a request outgrew the free cache): admit again now, so a request that
+            // can never fit is aborted and the others restart, instead of waiting for an event.
+            if (batch_.entries.empty() && !requeued_.empty()) admit(now);
+          }
+          for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
+        },
+        [&]() noexcept {
+          roll_back();
+          stats_ = stats_before;
+          std::swap(batch_, previous_);
+          entry_slot_.clear();
+        });
     for (const request_id id : batch_.aborted) ids_.erase(id);
     return batch_;
   }
@@ -152,87 +152,15 @@ class prefill_first_scheduler {
   void complete(std::span<const request_id> finished, std::span<const token_id> decoded = {}) {
     constexpr const char* where = "weft::sched::prefill_first_scheduler::complete";
     const std::size_t n = batch_.entries.size();
-    if (n == 0) {
-      expects(finished.empty() && decoded.empty(), errc::precondition, where,
-              "no batch is in flight (complete() was already called, or schedule() returned an empty batch)");
-      return;
-    }
-    expects(decoded.empty() || decoded.size() == n, errc::invalid_argument, where, "the last batch has ", n,
-            " entries but ", decoded.size(), " decoded tokens were given; give one per entry, in entry order");
-    is_done_.assign(n, 0);
-    std::size_t found = 0;
-    for (std::size_t k = 0; k < n && !finished.empty(); ++k) {
-      const batch_entry& e = batch_.entries[k];
-      if (std::find(finished.begin(), finished.end(), e.id) == finished.end()) continue;
-      expects(e.emits_token, errc::invalid_argument, where, "request ", e.id,
-              " is listed as finished but its entry in the last batch emitted no token");
-      is_done_[k] = 1;
-      ++found;
-    }
-    if (found != finished.size()) {
-      for (std::size_t f = 0; f < finished.size(); ++f) {
-        const request_id id = finished[f];
-        expects(
-            std::any_of(batch_.entries.begin(), batch_.entries.end(), [&](const batch_entry& e) { return e.id == id; }),
-            errc::not_found, where, "request ", id, " is listed as finished but is not in the last batch");
-        expects(std::find(finished.begin() + static_cast<std::ptrdiff_t>(f) + 1, finished.end(), id) == finished.end(),
-                errc::invalid_argument, where, "request ", id, " is listed as finished twice");
-      }
-    }
-    if (decoded.empty())
-      for (std::size_t k = 0; k < n; ++k) {
-        const slot& s = running_[entry_slot_[k]];
-        expects(!batch_.entries[k].emits_token || is_done_[k] || !s.with_ids, errc::invalid_argument, where, "request ",
-                s.req.id, " carries token ids and emitted a token in the last batch: complete() needs ",
-                "the decoded token of every entry (decoded is empty)");
-      }
+    if (detail::nothing_in_flight(n, finished, decoded, where)) return;
+    detail::check_completion(batch_, finished, decoded, is_done_, where, "",
+                             [&](std::size_t k) { return running_[entry_slot_[k]].with_ids; });
     // The KV manager first, in one transaction: computed KV (what publishes blocks), then frees.
-    const auto bs = static_cast<std::int64_t>(kv_.block_size());
-    bool open = false;
-    try {
-      for (std::size_t k = 0; k < n; ++k) {
-        const batch_entry& e = batch_.entries[k];
-        const slot& s = running_[entry_slot_[k]];
-        const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
-        // Counted requests publish nothing; with ids, a prefill, a filled block and an end report.
-        if (!s.with_ids || !(is_done_[k] || e.prefill_tokens > 0 || done % bs == 0)) continue;
-        if (!open) kv_.begin_transaction();
-        open = true;
-        kv_.computed(s.req.id, static_cast<std::size_t>(done));
-      }
-      for (std::size_t k = 0; k < n; ++k) {
-        if (!is_done_[k]) continue;
-        if (!open) kv_.begin_transaction();
-        open = true;
-        kv_.free(running_[entry_slot_[k]].req.id);
-      }
-    } catch (...) {
-      if (open) kv_.rollback_transaction();
-      throw;
-    }
-    if (open) kv_.commit_transaction();
+    detail::report_and_free(kv_, batch_, entry_slot_, running_, is_done_, [](const batch_entry&) { return true; });
     // Then the scheduler's own state; nothing below throws.
-    for (std::size_t k = 0; k < n; ++k) {
-      const batch_entry& e = batch_.entries[k];
-      slot& s = running_[entry_slot_[k]];
-      s.done += e.prefill_tokens + e.decode_tokens;
-      if (e.emits_token) {
-        ++s.generated;
-        queue_.on_tokens(s.req, 1);
-        if (!decoded.empty()) s.pending = decoded[k];
-      }
-      if (is_done_[k]) {
-        queue_.on_finish(s.req, s.generated);
-        ids_.erase(s.req.id);
-        s.alive = false;
-        ++dead_;
-      }
-    }
-    batch_.entries.clear();
-    entry_slot_.clear();
-    compact();
-    if (!std::is_sorted(running_.begin(), running_.end(), by_arrival))
-      std::sort(running_.begin(), running_.end(), by_arrival);
+    detail::apply_completion(
+        batch_, entry_slot_, running_, dead_, is_done_, decoded, queue_, ids_,
+        [](const batch_entry& e, slot& s) noexcept { s.done += e.prefill_tokens + e.decode_tokens; });
   }
 
   std::size_t waiting() const noexcept { return queue_.size() + front_.size() + requeued_.size(); }
@@ -259,51 +187,18 @@ class prefill_first_scheduler {
     bool alive = true;
     std::vector<token_id> tokens;  // with ids, after a preemption: every id to prefill again
   };
-  static bool by_arrival(const slot& a, const slot& b) noexcept {
-    return std::tie(a.req.arrival_s, a.req.id) < std::tie(b.req.arrival_s, b.req.id);
-  }
+  static bool by_arrival(const slot& a, const slot& b) noexcept { return detail::by_arrival(a, b); }
 
-  // One entry of schedule()'s undo log (detail::undo_log: applied newest first on failure).
-  enum class undo_kind : std::uint8_t {
-    running_inserted,   // running_[index] was inserted
-    killed,             // running_[index] was preempted (alive cleared)
-    room_saved,         // running_[index].room was `room`
-    requeued_inserted,  // requeued_[index] was inserted
-    requeued_erased,    // requeued_[index] was erased; saved holds it
-    front_erased,       // front_[0] was erased; saved->req holds it
-    queue_popped,       // saved->req was popped from the queue (and charged by on_admit)
-  };
-  struct undo_entry {
-    undo_kind kind;
-    std::size_t index = 0;
-    std::int64_t room = 0;
-    std::optional<slot> saved;
-  };
-  // Appends an entry (undo_log reuses entries, so every field is set); callers reserve room first.
+  // schedule()'s undo log (detail::undo_log: applied newest first on failure); callers reserve room
+  // before pushing.
+  using undo_kind = detail::recompute_undo;
+  using undo_entry = detail::recompute_undo_entry<slot>;
   undo_entry& push_undo(undo_kind kind, std::size_t index, std::optional<slot> saved = std::nullopt) {
-    undo_entry& e = undo_.push(kind, index);
-    e.room = 0;
-    e.saved = std::move(saved);
-    return e;
+    return detail::push_undo(undo_, kind, index, std::move(saved));
   }
 
   std::size_t live() const noexcept { return running_.size() - dead_; }
-  std::int64_t blocks_for(std::int64_t tokens) const noexcept {
-    const auto bs = static_cast<std::int64_t>(kv_.block_size());
-    return tokens / bs + (tokens % bs != 0 ? 1 : 0);
-  }
-
-  slot fresh(const request& r) const {
-    slot s;
-    s.req = r;
-    s.target = r.prompt_tokens;
-    s.done = r.kv_ready_tokens;
-    s.with_ids = !r.prompt.empty();
-    if (s.done == s.target) s.generated = 1;  // prefilled elsewhere: the first token exists
-    return s;
-  }
-
-  enum class source : std::uint8_t { requeued, front, queue };
+  std::int64_t blocks_for(std::int64_t tokens) const noexcept { return detail::blocks_for(tokens, kv_.block_size()); }
 
   // (1) Prefill phase. Requests whose KV arrived ready join running without an entry.
   void admit(double now) {
@@ -311,20 +206,10 @@ class prefill_first_scheduler {
     const auto watermark = static_cast<std::size_t>(std::ceil(opt_.watermark * static_cast<double>(usable)));
     const auto bs = static_cast<std::int64_t>(kv_.block_size());
     while (live() < opt_.max_running) {
-      source from = source::queue;
-      const request* next = nullptr;
-      if (!requeued_.empty()) {
-        from = source::requeued;
-        next = &requeued_.front().req;
-      } else if (!front_.empty()) {
-        from = source::front;
-        next = &front_.front();
-      } else {
-        next = queue_.peek(now);
-      }
+      const auto [from, next] = detail::next_to_admit(requeued_, front_, queue_, now);
       if (next == nullptr) return;
-      slot s = from == source::requeued ? requeued_.front() : fresh(*next);
-      if (from == source::requeued && live() == 0 && std::cmp_greater(blocks_for(s.target + 1), usable)) {
+      slot s = from == detail::admit_source::requeued ? requeued_.front() : detail::fresh_slot<slot>(*next);
+      if (from == detail::admit_source::requeued && live() == 0 && std::cmp_greater(blocks_for(s.target + 1), usable)) {
         // Prompt plus output outgrew the whole cache: end it (the only way a request ends unfinished).
         undo_.reserve(1);
         deferred_finish_.emplace_back(s.req, s.generated);
@@ -361,10 +246,10 @@ class prefill_first_scheduler {
       // Take it from its source, and into running (undo-logged; room reserved first).
       undo_.reserve(2);
       detail::reserve_more(running_, 1);
-      if (from == source::requeued) {
+      if (from == detail::admit_source::requeued) {
         push_undo(undo_kind::requeued_erased, 0, std::move(requeued_.front()));
         requeued_.erase(requeued_.begin());
-      } else if (from == source::front) {
+      } else if (from == detail::admit_source::front) {
         push_undo(undo_kind::front_erased, 0, slot{}).saved->req = front_.front();
         front_.erase(front_.begin());
         ++stats_.admitted;
@@ -397,67 +282,22 @@ class prefill_first_scheduler {
   }
 
   // A slot for running_[i]'s next decode input (with ids: the token itself goes to the KV manager).
-  bool grow_one(std::size_t i) {
-    slot& s = running_[i];
-    if (!s.with_ids && s.done + 1 <= s.room) return true;  // counted, inside its blocks: no KV call
-    undo_.reserve(1);
-    const weft::kv::append_result r = s.with_ids ? kv_.append(s.req.id, std::span<const token_id>(&s.pending, 1))
-                                                 : kv_.grow(s.req.id, static_cast<std::size_t>(s.done + 1));
-    if (!r.fits) return false;
-    if (!s.with_ids) {
-      push_undo(undo_kind::room_saved, i).room = s.room;
-      const auto bs = static_cast<std::int64_t>(kv_.block_size());
-      s.room = (s.done + 1 + bs - 1) / bs * bs;  // grow allocates exactly the blocks the tokens need
-    }
-    if (r.copy) batch_.copies.push_back({kv_copy::kind::copy_on_write, s.req.id, {}, *r.copy});
-    return true;
-  }
+  bool grow_one(std::size_t i) { return detail::grow_one(running_, i, kv_, undo_, batch_); }
 
   // Preempts the Victim's choice among running requests after position i. False when there is none.
   bool preempt_after(std::size_t i) {
-    candidates_.clear();
-    candidate_slot_.clear();
-    for (std::size_t j = i + 1; j < running_.size(); ++j) {
-      const slot& v = running_[j];
-      if (!v.alive) continue;
-      candidates_.push_back({v.req.id, v.req.client, v.req.priority, v.req.arrival_s, 0,
-                             static_cast<std::int64_t>(kv_.blocks(v.req.id).size()), v.generated});
-      candidate_slot_.push_back(j);
-    }
-    if (candidates_.empty()) return false;
-    const std::size_t pick = victim_.choose(std::span<const victim_candidate>(candidates_));
-    expects(pick < candidates_.size(), errc::out_of_range, "weft::sched::prefill_first_scheduler::schedule",
-            "victim policy returned index ", pick, " of ", candidates_.size(), " candidates");
-    preempt(candidate_slot_[pick]);
+    const std::optional<std::size_t> victim = detail::victim_after(
+        running_, i, kv_, victim_, candidates_, candidate_slot_, "weft::sched::prefill_first_scheduler::schedule");
+    if (!victim) return false;
+    preempt(*victim);
     return true;
   }
 
   // Preempts running_[j] by recompute: its computed blocks are published (readmitted, it hits them
   // while they stay cached), its KV freed, and it waits at the front of the line, oldest first.
   void preempt(std::size_t j) {
-    slot back = running_[j];  // every allocation first
-    back.target = back.req.prompt_tokens + back.generated;
-    back.done = 0;
-    back.room = 0;
-    if (back.with_ids) {
-      // The KV manager holds the ids of the computed tokens; the latest sampled one follows.
-      const auto t = kv_.tokens(back.req.id);
-      back.tokens.assign(t.begin(), t.end());
-      if (back.generated > 0) back.tokens.push_back(back.pending);
-    }
-    const auto pos = static_cast<std::size_t>(std::upper_bound(requeued_.begin(), requeued_.end(), back, by_arrival) -
-                                              requeued_.begin());
-    undo_.reserve(2);
-    detail::reserve_more(requeued_, 1);
-    if (back.with_ids) kv_.computed(back.req.id, static_cast<std::size_t>(running_[j].done));
-    kv_.free(back.req.id);
-    batch_.preempted_recompute.push_back(back.req.id);
-    push_undo(undo_kind::killed, j);
-    running_[j].alive = false;
-    ++dead_;
-    push_undo(undo_kind::requeued_inserted, pos);
-    requeued_.insert(requeued_.begin() + static_cast<std::ptrdiff_t>(pos), std::move(back));
-    ++stats_.preempted_recompute;
+    detail::preempt_by_recompute(
+        running_, j, dead_, requeued_, kv_, undo_, batch_, stats_, [](slot&) {}, [] {});
   }
 
   void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode) {
@@ -471,39 +311,10 @@ class prefill_first_scheduler {
   }
 
   // Undoes schedule()'s changes to the scheduler's own state, newest first.
-  void roll_back() noexcept {
-    undo_.roll_back([this](undo_entry& e) noexcept {
-      switch (e.kind) {
-        case undo_kind::running_inserted:
-          running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(e.index));
-          break;
-        case undo_kind::killed:
-          running_[e.index].alive = true;
-          --dead_;
-          break;
-        case undo_kind::room_saved:
-          running_[e.index].room = e.room;
-          break;
-        case undo_kind::requeued_inserted:
-          detail::undo_insert(requeued_, e.index);
-          break;
-        case undo_kind::requeued_erased:
-          detail::undo_erase(requeued_, e.index, e.saved);
-          break;
-        case undo_kind::front_erased:
-        case undo_kind::queue_popped:
-          detail::undo_take(front_, e.saved->req);
-          break;
-      }
-    });
-  }
+  void roll_back() noexcept { detail::roll_back(undo_, running_, dead_, requeued_, front_, false); }
 
   // Removes dead slots, keeping order. Only between batches (no entry refers to a slot).
-  void compact() noexcept {
-    if (dead_ == 0) return;
-    std::erase_if(running_, [](const slot& s) { return !s.alive; });
-    dead_ = 0;
-  }
+  void compact() noexcept { detail::compact(running_, dead_); }
 
   prefill_first_options opt_;
   Queue queue_;
@@ -526,7 +337,7 @@ class prefill_first_scheduler {
   std::vector<char> is_done_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
-  detail::undo_log<undo_entry> undo_;
+  detail::recompute_undo_log<slot> undo_;
   std::vector<std::pair<request, std::int64_t>> deferred_finish_;
   std::size_t dead_ = 0;
 };
