@@ -28,6 +28,19 @@ std::vector<token_id> random_tokens(weft::rng& g, std::size_t n, int vocab) {
   return t;
 }
 
+// A request of `tenant` arriving at `arrival` whose prompt is `shared` followed by `own` fresh tokens.
+workload_request on_shared_prompt(std::uint64_t& id, std::uint32_t tenant, int arrival,
+                                  const std::vector<token_id>& shared, weft::rng& g, std::size_t own, int vocab) {
+  workload_request r;
+  r.id = request_id(id++);
+  r.tenant = tenant_id(tenant);
+  r.arrival = arrival;
+  r.spec.prompt = shared;
+  const auto tail = random_tokens(g, own, vocab);
+  r.spec.prompt.insert(r.spec.prompt.end(), tail.begin(), tail.end());
+  return r;
+}
+
 std::vector<workload_request> make_workload(int scale, int vocab) {
   weft::rng g(2026);
   std::vector<workload_request> w;
@@ -35,13 +48,7 @@ std::vector<workload_request> make_workload(int scale, int vocab) {
   const auto system_chat = random_tokens(g, 96, vocab), system_agent = random_tokens(g, 64, vocab);
   // Tenant 1: multi-turn chats sharing a system prompt; each turn resends the whole conversation.
   for (int i = 0; i < 4 * scale; ++i) {
-    workload_request r;
-    r.id = request_id(id++);
-    r.tenant = tenant_id(1);
-    r.arrival = i;
-    r.spec.prompt = system_chat;
-    const auto user = random_tokens(g, 16, vocab);
-    r.spec.prompt.insert(r.spec.prompt.end(), user.begin(), user.end());
+    workload_request r = on_shared_prompt(id, 1, i, system_chat, g, 16, vocab);
     r.spec.max_new = 12;
     r.turns = 2;
     r.follow_up = random_tokens(g, 12, vocab);
@@ -49,13 +56,7 @@ std::vector<workload_request> make_workload(int scale, int vocab) {
   }
   // Tenant 2: an agent on LoRA adapter 7 with its own cache salt, three parallel samples per prompt.
   for (int i = 0; i < 3 * scale; ++i) {
-    workload_request r;
-    r.id = request_id(id++);
-    r.tenant = tenant_id(2);
-    r.arrival = i;
-    r.spec.prompt = system_agent;
-    const auto task = random_tokens(g, 20, vocab);
-    r.spec.prompt.insert(r.spec.prompt.end(), task.begin(), task.end());
+    workload_request r = on_shared_prompt(id, 2, i, system_agent, g, 20, vocab);
     r.spec.adapter = 7;
     r.cache_salt = 0xA6E27;
     r.spec.max_new = 10;
