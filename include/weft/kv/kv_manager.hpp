@@ -600,7 +600,7 @@ class kv_manager {
       }
     }
     std::size_t revive = 0;
-    for (const block_id b : hits_) revive += cache_.is_free(b) ? 1 : 0;
+    for (const block_id b : hits_) revive += cache_.is_free(b) ? std::size_t{1} : std::size_t{0};
     const std::size_t total = blocks_for(length);
     const std::size_t cached = (hits_.size() + host_hits_.size()) * block_size();
     p.slot_tokens = std::max(cached, std::min(slots, length));
