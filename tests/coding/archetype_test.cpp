@@ -185,6 +185,10 @@ TEST_CASE("make_gradient_code builds every built-in code by name", "[coding][arc
     CHECK(c.try_decoder(f) != nullptr);
   }
   CHECK(make_gradient_code("hybrid", 6, 1).name() == "hybrid_repetition(n=6,s=1)");
+  // The kind passes through the type erasure, so aggregate treats a run-time approximate code as one.
+  CHECK(make_gradient_code("hybrid", 6, 1).kind() == weft::coding::code_kind::exact);
+  CHECK(make_gradient_code("approximate", 6, 1).kind() == weft::coding::code_kind::approximate);
+  static_assert(weft::coding::reports_code_kind<weft::coding::any_gradient_code>);
   CHECK(make_gradient_code("uncoded", 4, 0).stragglers() == 0);
   CHECK_THROWS_WITH(make_gradient_code("uncoded", 4, 1), Catch::Matchers::Contains("tolerates no stragglers"));
   CHECK_THROWS_WITH(make_gradient_code("raptor", 4, 1),

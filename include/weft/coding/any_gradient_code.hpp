@@ -41,6 +41,9 @@ class any_gradient_code {
   }
   /// The held code's name() when it has one, else "custom".
   std::string name() const { return impl_->name(); }
+  /// The held code's kind() when it has one, else code_kind::exact (what aggregate assumes of a code
+  /// without kind()), so an approximate code chosen at run time is still aggregated as approximate.
+  code_kind kind() const { return impl_->kind(); }
 
  private:
   struct concept_t {
@@ -52,6 +55,7 @@ class any_gradient_code {
     virtual double coefficient(std::size_t worker, std::size_t partition) const = 0;
     virtual std::shared_ptr<const decoder> try_decoder(std::span<const std::size_t> survivors) const = 0;
     virtual std::string name() const = 0;
+    virtual code_kind kind() const = 0;
   };
   template <class C>
   struct model final : concept_t {
@@ -71,6 +75,12 @@ class any_gradient_code {
         return std::string(held.name());
       else
         return "custom";
+    }
+    code_kind kind() const override {
+      if constexpr (reports_code_kind<C>)
+        return held.kind();
+      else
+        return code_kind::exact;
     }
     C held;
   };
