@@ -92,7 +92,7 @@ class iteration_scheduler {
     constexpr const char* where = "weft::sched::iteration_scheduler::submit";
     validate(r, where);
     detail::check_new_request(ids_, r, where, "waiting, running or swapped out");
-    if (detail::blocks_to_first_token(r, static_cast<std::int64_t>(kv_.block_size()), where) > kv_.usable_blocks()) {
+    if (!detail::fits_device_cache(r, kv_, where)) {
       ++stats_.rejected;
       return false;
     }

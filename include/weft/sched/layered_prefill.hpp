@@ -143,7 +143,7 @@ class layered_prefill_scheduler {
     constexpr const char* where = "weft::sched::layered_prefill_scheduler::submit";
     validate(r, where);
     detail::check_new_request(ids_, r, where, "waiting or running");
-    if (detail::blocks_to_first_token(r, static_cast<std::int64_t>(kv_.block_size()), where) > kv_.usable_blocks()) {
+    if (!detail::fits_device_cache(r, kv_, where)) {
       ++stats_.rejected;
       return false;
     }

@@ -98,8 +98,8 @@ class prefill_first_scheduler {
     constexpr const char* where = "weft::sched::prefill_first_scheduler::submit";
     validate(r, where);
     detail::check_new_request(ids_, r, where, "waiting or running");
-    const std::uint64_t blocks = detail::blocks_to_first_token(r, kv_.block_size(), where);
-    if (r.prompt_tokens - r.kv_ready_tokens > opt_.max_batched_tokens || blocks > kv_.usable_blocks()) {
+    const bool fits = detail::fits_device_cache(r, kv_, where);  // checked first: it may throw
+    if (r.prompt_tokens - r.kv_ready_tokens > opt_.max_batched_tokens || !fits) {
       ++stats_.rejected;
       return false;
     }

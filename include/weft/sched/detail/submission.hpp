@@ -7,6 +7,7 @@
 #include <weft/core/error.hpp>
 #include <weft/sched/request.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <unordered_set>
 
@@ -25,9 +26,18 @@ void check_new_request(const Ids& ids, const request& r, const char* where, cons
 /// ceil((prompt + 1) / block) = prompt / block + 1: the blocks r's prompt and its first output token
 /// need, without the overflow of prompt + block (a trace row may say prompt_tokens = INT64_MAX, which
 /// is then refused, not wrapped). O(1).
-inline std::uint64_t blocks_to_first_token(const request& r, std::int64_t block_size, const char* where) {
+/// `block_size` is whatever integer the KV manager reports (checked, never converted implicitly).
+template <std::integral Block>
+std::uint64_t blocks_to_first_token(const request& r, Block block_size, const char* where) {
   const auto block = checked_cast<std::uint64_t>(block_size, where);
   return checked_cast<std::uint64_t>(r.prompt_tokens, where) / block + 1;
+}
+
+/// True when r's prompt and first output token fit in the whole device cache of `kv`; a scheduler
+/// rejects r at submit otherwise, since it could never run. O(1).
+template <class KV>
+bool fits_device_cache(const request& r, const KV& kv, const char* where) {
+  return blocks_to_first_token(r, kv.block_size(), where) <= kv.usable_blocks();
 }
 
 /// Records r's id and pushes r into the queue; if the push throws, the id is forgotten again (the
