@@ -22,8 +22,8 @@
 #     plus -Werror under WEFT_WERROR. A compile-only target, weft_strict_headers_<module>, built by g++
 #     in the dev preset and by clang in the asan-ubsan preset.
 #
-#   weft_add_cuda_test(<module> <name> SOURCES <files.cu...>)
-#     builds test_<module>_<name> from CUDA sources for sm_80 and sm_90 (only when WEFT_ENABLE_CUDA
+#   weft_add_cuda_test(<module> <name> SOURCES <files.cu...> [ARCHS <sm numbers>, default 80 90])
+#     builds test_<module>_<name> from CUDA sources for those architectures (only when WEFT_ENABLE_CUDA
 #     found nvcc) and registers "<module>.<name>", labelled <module> and cuda; the program exits 77
 #     (skipped) where no GPU is present, after checking what it can on the host.
 #
@@ -277,11 +277,14 @@ function(weft_add_compile_fail_test module name)
 endfunction()
 
 function(weft_add_cuda_test module name)
-  cmake_parse_arguments(ARG "" "" "SOURCES" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;ARCHS" ${ARGN})
+  if(NOT ARG_ARCHS)
+    set(ARG_ARCHS 80 90)
+  endif()
   set(target test_${module}_${name})
   add_executable(${target} ${ARG_SOURCES})
   target_link_libraries(${target} PRIVATE weft::${module})
-  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "80;90")
+  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${ARG_ARCHS}")
   # CMake 3.25 does not know nvcc 13's C++20 flag, so it is passed by hand (and the interface's
   # cxx_std_20 feature is satisfied by it).
   target_compile_options(${target} PRIVATE

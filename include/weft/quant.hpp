@@ -11,6 +11,9 @@
 #include <weft/quant/gemm_w4.hpp>
 #include <weft/quant/gemm_w4a8.hpp>
 #include <weft/quant/gemm_w8a8.hpp>
+#include <weft/quant/gemv_fragments.hpp>
+#include <weft/quant/gpu_sparse24_matrix.hpp>
+#include <weft/quant/gpu_w4_matrix.hpp>
 #include <weft/quant/gptq.hpp>
 #include <weft/quant/quantized_activations.hpp>
 #include <weft/quant/any_quantizer.hpp>

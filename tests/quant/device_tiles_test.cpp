@@ -1,5 +1,5 @@
 // The CUDA kernels' building blocks run on the CPU: fragment layouts cover their tiles exactly
-// once, and whole grids of the W4A16 GEMM, W4A16 GEMV and W8A8 GEMM, emulated thread by thread
+// once, and whole grids of the W4A16 GEMM and W8A8 GEMM, emulated thread by thread
 // and warp by warp with the same functions the kernels call, match the reference bit for bit.
 #include <weft/quant/device_tiles.hpp>
 #include <weft/quant/reference.hpp>
@@ -179,21 +179,6 @@ TEMPLATE_TEST_CASE("device tiles: emulated W4A16 GEMM grid matches the reference
     CHECK(std::memcmp(y_fb.data(), ref.data(), ref.size() * 4) == 0);
     const auto [y2, y2_fb] = emulate_w4_gemm<gemm_tile<16, 32, 1, 2>>(p);
     CHECK(std::memcmp(y2.data(), ref.data(), ref.size() * 4) == 0);
-    // GEMV: 32 lanes' partial sums and the kernel's butterfly (xor 16, 8, 4, 2, 1).
-    for (std::int64_t r = 0; r < m; ++r)
-      for (std::int64_t row = 0; row < n; ++row) {
-        float lanes[32];
-        for (int l = 0; l < 32; ++l)
-          lanes[l] =
-              w4_lane_dot(w.packed().data() + row * int4_row_bytes(w.k_padded()), w.scales().data() + row * w.groups(),
-                          w.zeros().data() + row * w.groups(), x.data() + r * k, k, w.group_size(), l, 32);
-        for (int off = 16; off > 0; off /= 2) {
-          float next[32];
-          for (int l = 0; l < 32; ++l) next[l] = lanes[l] + lanes[l ^ off];
-          std::memcpy(lanes, next, sizeof(lanes));
-        }
-        REQUIRE(lanes[0] == ref[static_cast<std::size_t>(r * n + row)]);
-      }
   }
 }
 

@@ -1,6 +1,6 @@
 // The CUDA W4A8 kernels' building blocks on the CPU: whole grids of the tensor-core GEMM (through
-// mma32_emulate and through the sm < 80 fallback) and of the dp4a GEMV, emulated thread by thread
-// and warp by warp with the functions the kernels call, equal reference_gemm_w4a8 bit for bit.
+// mma32_emulate and through the sm < 80 fallback), emulated thread by thread and warp by warp with the functions the
+// kernels call, equal reference_gemm_w4a8 bit for bit.
 #include <weft/quant/reference.hpp>
 #include <weft/quant/w4a8_tiles.hpp>
 
@@ -90,11 +90,6 @@ std::vector<float> emulate_w4a8_gemm(w4a8_params<Scale> p, bool fallback) {
 
 }  // namespace
 
-TEST_CASE("w4a8 tiles: dp4a on the host is four signed byte products", "[quant][device][w4a8]") {
-  CHECK(dp4a(pack4(1, -2, 3, -128), pack4(5, 6, -7, 127), 10) == 10 + 5 - 12 - 21 - 128 * 127);
-  CHECK(pack4(-1, 0, 0, 0) == 0xFF);
-}
-
 TEST_CASE("w4a8 tiles: emulated GEMM grids equal the integer reference bit for bit", "[quant][device][w4a8]") {
   for (bool sym : {true, false})
     for (auto [m, n, k, gs] : {std::tuple{1, 8, 64, 32}, {33, 40, 100, 32}, {17, 16, 256, 128}, {5, 24, 200, 0}}) {
@@ -111,30 +106,4 @@ TEST_CASE("w4a8 tiles: emulated GEMM grids equal the integer reference bit for b
         CHECK(emulate_w4a8_gemm<gemm_tile<16, 32, 1, 2>>(p, fallback) == ref);
       }
     }
-}
-
-TEST_CASE("w4a8 tiles: emulated dp4a GEMV equals the integer reference bit for bit", "[quant][device][w4a8]") {
-  for (auto [m, n, k, gs] : {std::tuple{1, 5, 64, 32}, {2, 9, 300, 64}, {3, 4, 1000, 128}, {1, 3, 31, 0}}) {
-    INFO("M " << m << " N " << n << " K " << k << " group " << gs);
-    const auto w = weft_test::exact_matrix<weft::half>(n, k, {4, gs, false}, static_cast<std::uint64_t>(n + k));
-    const auto a = small_activations(m, k, 7, -8, 8);
-    const auto ref = reference_gemm_w4a8(w, a);
-    for (std::int64_t t = 0; t < m; ++t)
-      for (std::int64_t row = 0; row < n; ++row) {
-        const std::uint8_t* codes = w.packed().data() + row * int4_row_bytes(w.k_padded());
-        const auto load = [&](std::int64_t b, std::uint8_t(&block)[16]) {
-          std::memcpy(block, codes + b * int4_block_bytes, 16);
-        };
-        float lanes[32];
-        for (int lane = 0; lane < 32; ++lane)
-          lanes[lane] = w4a8_lane_dot(load, w.scales().data() + row * w.groups(), w.zeros().data() + row * w.groups(),
-                                      a.values.data() + t * k, k, w.group_size(), lane, 32);
-        for (int offset = 16; offset > 0; offset /= 2) {  // __shfl_xor_sync butterfly
-          float next[32];
-          for (int lane = 0; lane < 32; ++lane) next[lane] = lanes[lane] + lanes[lane ^ offset];
-          std::memcpy(lanes, next, sizeof(lanes));
-        }
-        REQUIRE(lanes[0] * a.scales[static_cast<std::size_t>(t)] == ref[static_cast<std::size_t>(t * n + row)]);
-      }
-  }
 }

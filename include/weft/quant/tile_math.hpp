@@ -96,27 +96,4 @@ WEFT_HOST_DEVICE constexpr frag_pos mma32_b(int lane, int i) noexcept {
   return {(lane % 4) * 4 + (i % 4) + 16 * (i / 4), lane / 4};
 }
 
-/// Partial dot product one warp lane computes in the W4 GEMV kernel: lane takes int4 blocks
-/// lane, lane + lanes, ... of one weight row and returns sum over its blocks of
-/// scale_g * sum_j (code_j - zero_g) * x_j, with x of length k (padded elements are skipped).
-/// group_size is a multiple of int4_block. Used by the CUDA GEMV and by its CPU parity test.
-template <class Scale, class Act>
-WEFT_HOST_DEVICE float w4_lane_dot(const std::uint8_t* row, const Scale* scales, const std::int16_t* zeros,
-                                   const Act* x, std::int64_t k, std::int64_t group_size, int lane,
-                                   int lanes) noexcept {
-  float total = 0.0f;
-  const std::int64_t blocks = ceil_div(k, int4_block);
-  for (std::int64_t b = lane; b < blocks; b += lanes) {
-    const std::int64_t g = b * int4_block / group_size;
-    const int zero = zeros[g];
-    const float scale = static_cast<float>(scales[g]);
-    float acc = 0.0f;
-    const std::int64_t k0 = b * int4_block;
-    for (int j = 0; j < int4_block && k0 + j < k; ++j)
-      acc += dequant(int4_get(row, k0 + j), zero, scale) * static_cast<float>(x[k0 + j]);
-    total += acc;
-  }
-  return total;
-}
-
 }  // namespace weft::quant

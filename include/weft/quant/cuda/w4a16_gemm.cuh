@@ -1,5 +1,5 @@
-// W4A16 GEMM and GEMV for NVIDIA GPUs: int4 weights in weft's layout dequantized into shared
-// memory and multiplied with fp16/bf16 activations by tensor-core mma.m16n8k16 (sm_80+), fp32
+// W4A16 GEMM for NVIDIA GPUs (the decode GEMV, M <= 32, is quant/cuda/w4_gemv.cuh): int4 weights in weft's layout
+// dequantized into shared memory and multiplied with fp16/bf16 activations by tensor-core mma.m16n8k16 (sm_80+), fp32
 // accumulation. Templates the user instantiates (tile shape a parameter); layering as in CUB,
 // dequant-fused like Marlin (Frantar et al., 2024) but without its asynchronous pipelining.
 #pragma once
@@ -86,21 +86,6 @@ __global__ void __launch_bounds__(Tile::threads) w4a16_gemm_kernel(w4a16_params<
                            });
 }
 
-/// GEMV: one warp per output row; each lane takes every 32nd int4 block (w4_lane_dot), then a
-/// butterfly reduction. Rows = blockIdx.x * warps + warp, activation row = blockIdx.y.
-template <int Warps, class Act, class Scale>
-__global__ void __launch_bounds__(32 * Warps) w4a16_gemv_kernel(w4a16_params<Act, Scale> p) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * Warps + threadIdx.x / 32;
-  const std::int64_t mrow = blockIdx.y;
-  if (row >= p.n) return;
-  float v = w4_lane_dot(p.codes + row * int4_row_bytes(p.k_padded), p.scales + row * p.groups, p.zeros + row * p.groups,
-                        p.x + mrow * p.k, p.k, p.group_size, lane, 32);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  if (lane == 0) p.y[mrow * p.n + row] = v;
-}
-
 template <class Act, class Scale>
 void check_w4a16(const w4a16_params<Act, Scale>& p, const char* where) {
   static_assert(std::is_same_v<Act, half> || std::is_same_v<Act, bfloat16>, "W4A16 activations are half or bfloat16");
@@ -142,18 +127,6 @@ cudaError_t launch_w4a16_gemm(const w4a16_params<Act, Scale>& p, cudaStream_t st
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Tile::block_n)),
                   static_cast<unsigned>(ceil_div(p.m, Tile::block_m)));
   detail::w4a16_gemm_kernel<tile, Act, Scale><<<grid, tile::threads, 0, stream>>>(p);
-  return cudaGetLastError();
-}
-
-/// Launches the GEMV kernel (one warp per output row; best for M <= 4). Same contract as
-/// launch_w4a16_gemm.
-template <int Warps = 4, class Act, class Scale>
-cudaError_t launch_w4a16_gemv(const w4a16_params<Act, Scale>& p, cudaStream_t stream = nullptr) {
-  constexpr const char* where = "weft::quant::cuda::launch_w4a16_gemv";
-  detail::check_w4a16(p, where);
-  expects(p.m <= 65535, errc::invalid_argument, where, "M = ", p.m, " exceeds the grid's 65535 rows; use the GEMM");
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Warps)), static_cast<unsigned>(p.m));
-  detail::w4a16_gemv_kernel<Warps, Act, Scale><<<grid, 32 * Warps, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

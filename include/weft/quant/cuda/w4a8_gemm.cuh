@@ -1,6 +1,6 @@
-// W4A8 GEMM and GEMV for NVIDIA GPUs: int4 weights in weft's layout turned into signed int8
-// (code - zero) in shared memory and multiplied with per-token int8 activations by tensor-core
-// mma.m16n8k32.s32.s8.s8 (sm_80+), exact int32 per group, fp32 across groups; the GEMV uses dp4a.
+// W4A8 GEMM for NVIDIA GPUs (the decode GEMV is quant/cuda/w4_gemv.cuh): int4 weights in weft's layout turned into
+// signed int8 (code - zero) in shared memory and multiplied with per-token int8 activations by tensor-core
+// mma.m16n8k32.s32.s8.s8 (sm_80+), exact int32 per group, fp32 across groups.
 // The W4A8 scheme of QServe (Lin et al., 2024) without its register-level tricks; layered as in
 // CUB (fragment -> warp tile -> block tile -> launcher), building blocks in w4a8_tiles.hpp.
 #pragma once
@@ -46,28 +46,6 @@ __global__ void __launch_bounds__(Tile::threads) w4a8_gemm_kernel(w4a8_params<Sc
     for (int j = 0; j < Tile::mma_n; ++j) w4a8_store(p, m0 + wm0 + 16 * i, n0 + wn0 + 8 * j, lane, total[i][j]);
 }
 
-/// GEMV: one warp per output row; each lane takes every 32nd int4 block (16-byte vector loads),
-/// dp4a per block, then a butterfly reduction. Row = blockIdx.x * Warps + warp, token = blockIdx.y.
-template <int Warps, class Scale>
-__global__ void __launch_bounds__(32 * Warps) w4a8_gemv_kernel(w4a8_params<Scale> p) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * Warps + threadIdx.x / 32;
-  const std::int64_t token = blockIdx.y;
-  if (row >= p.n) return;
-  const std::uint8_t* codes = p.codes + row * int4_row_bytes(p.k_padded);
-  const auto load = [&](std::int64_t b, std::uint8_t(&block)[16]) {
-    const uint4 v = *reinterpret_cast<const uint4*>(codes + b * int4_block_bytes);
-    const unsigned words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 16; ++i) block[i] = static_cast<std::uint8_t>(words[i / 4] >> (8 * (i % 4)));
-  };
-  float v = w4a8_lane_dot(load, p.scales + row * p.groups, p.zeros + row * p.groups, p.a + token * p.k, p.k,
-                          p.group_size, lane, 32);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  if (lane == 0) p.y[token * p.n + row] = v * p.a_scales[token];
-}
-
 template <class Scale>
 void check_w4a8(const w4a8_params<Scale>& p, const char* where) {
   expects(p.m > 0 && p.n > 0 && p.k > 0, errc::invalid_argument, where, "shape M x N x K = ", p.m, " x ", p.n, " x ",
@@ -111,22 +89,6 @@ cudaError_t launch_w4a8_gemm(const w4a8_params<Scale>& p, cudaStream_t stream = 
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Tile::block_n)),
                   static_cast<unsigned>(ceil_div(p.m, Tile::block_m)));
   detail::w4a8_gemm_kernel<tile, Scale><<<grid, tile::threads, 0, stream>>>(p);
-  return cudaGetLastError();
-}
-
-/// Launches the W4A8 GEMV (one warp per output row; best for M <= 4). The codes are read as
-/// 16-byte vectors, so `codes` must be 16-byte aligned (cudaMalloc's are). Same contract as
-/// launch_w4a8_gemm.
-template <int Warps = 4, class Scale>
-cudaError_t launch_w4a8_gemv(const w4a8_params<Scale>& p, cudaStream_t stream = nullptr) {
-  constexpr const char* where = "weft::quant::cuda::launch_w4a8_gemv";
-  detail::check_w4a8(p, where);
-  expects(reinterpret_cast<std::uintptr_t>(p.codes) % 16 == 0, errc::invalid_argument, where, "codes pointer ",
-          static_cast<const void*>(p.codes), " is not 16-byte aligned; the GEMV loads each 16-byte block of the ", p.n,
-          " x ", p.k, " int4 matrix as one vector");
-  expects(p.m <= 65535, errc::invalid_argument, where, "M = ", p.m, " exceeds the grid's 65535 rows; use the GEMM");
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, Warps)), static_cast<unsigned>(p.m));
-  detail::w4a8_gemv_kernel<Warps, Scale><<<grid, 32 * Warps, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
