@@ -23,7 +23,8 @@ struct w4_gemv_params {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t tiles = 0, chunks = 0, group_size = 0, groups = 0;
   /// w4_gemv_workspace_bytes() bytes of device memory, zero-filled once before its first use (the
-  /// kernel leaves it so); may be null when that size is 0.
+  /// kernel leaves it so); may be null when that size is 0. One launch at a time may use a
+  /// workspace: launches on different streams need workspaces of their own.
   void* workspace = nullptr;
 };
 
