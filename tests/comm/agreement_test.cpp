@@ -282,13 +282,14 @@ TEST_CASE("ranks whose host maps differ fail at once at n = 5, 7 and 8 instead o
 }
 
 TEST_CASE("errors inside the hierarchical algorithm name global ranks", "[comm][agreement]") {
-  // Six ranks on three hosts ({0,3}, {1,4}, {2,5}). Rank 4 dies (its connections reset) once it has
-  // sent its agreement messages, so its host leader, rank 1, fails in the intra-host reduce: the
-  // error must say "rank 1 of 6" and "peer 4", not the host view's "rank 0 of 2" and "peer 1".
+  // Six ranks on three hosts ({0,3}, {1,4}, {2,5}). Rank 4 dies silently once it has sent its
+  // agreement messages, so its host leader, rank 1 (the first to reach its deadline), fails in the
+  // intra-host reduce: the error must say "rank 1 of 6" and "peer 4", not the host view's "rank 0 of
+  // 2" and "peer 1"; the others learn it from rank 1's abort.
   constexpr int p = 6;
   const std::vector<int> hosts{0, 1, 2, 0, 1, 2};
   auto plan = std::make_shared<wc::fault::fault_plan>();
-  plan->kill(4, /*after=*/3);  // ceil(log2 6) = 3 agreement sends
+  plan->kill(4, /*after=*/3, wc::fault::kill_mode::silent);  // after its ceil(log2 6) = 3 agreement sends
   wc::inproc_world world(p);
   std::vector<wc::failure_info> infos(static_cast<std::size_t>(p));
   std::vector<std::string> whats(static_cast<std::size_t>(p));
@@ -299,7 +300,7 @@ TEST_CASE("errors inside the hierarchical algorithm name global ranks", "[comm][
       std::vector<float> v(1000, 1.0f);
       auto o = opts(wc::algorithm::hierarchical);
       o.hosts = hosts;
-      o.timeout = 3s;
+      o.timeout = r == 1 ? 300ms : 10s;  // rank 1 fails first, so every error is about rank 4
       try {
         wc::allreduce(t, std::span<float>(v), weft::op::sum{}, o);
       } catch (const wc::comm_error& e) {
@@ -316,6 +317,7 @@ TEST_CASE("errors inside the hierarchical algorithm name global ranks", "[comm][
     INFO("rank " << r << ": " << whats[static_cast<std::size_t>(r)]);
     CHECK(i.rank == r);
     CHECK(i.size == p);
+    CHECK(i.blamed == 4);
     CHECK(whats[static_cast<std::size_t>(r)].find(" of 2") == std::string::npos);
     CHECK(whats[static_cast<std::size_t>(r)].find(" of 3") == std::string::npos);
   }
