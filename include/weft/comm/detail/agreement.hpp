@@ -146,6 +146,15 @@ inline verdict judge(std::span<const std::byte> votes, int p) {
       v.blamed = q;
       return v;
     }
+  // The common case, every rank proposing the same call, allocates nothing.
+  bool same = true;
+  for (int q = 1; q < p && same; ++q) same = get_le<std::uint64_t>(at(q)) == get_le<std::uint64_t>(at(0));
+  if (same) {
+    std::uint64_t sum = 0;
+    for (int q = 0; q < p; ++q) sum += get_le<std::uint64_t>(at(q) + 16);
+    if (sum != 0) v.what = verdict::kind::counts;
+    return v;
+  }
   struct tally {
     std::uint64_t digest;
     int votes, first;
@@ -159,20 +168,14 @@ inline verdict judge(std::span<const std::byte> votes, int p) {
     else
       ++it->votes;
   }
-  if (seen.size() > 1) {
-    const tally* best = &seen.front();  // in order of first rank: ties stay with the lowest
-    for (const auto& t : seen)
-      if (t.votes > best->votes) best = &t;
-    v.what = verdict::kind::differ;
-    v.reference = best->first;
-    v.majority = best->votes;
-    for (int q = 0; q < p && v.blamed < 0; ++q)
-      if (get_le<std::uint64_t>(at(q)) != best->digest) v.blamed = q;
-    return v;
-  }
-  std::uint64_t sum = 0;
-  for (int q = 0; q < p; ++q) sum += get_le<std::uint64_t>(at(q) + 16);
-  if (sum != 0) v.what = verdict::kind::counts;
+  const tally* best = &seen.front();  // in order of first rank: ties stay with the lowest
+  for (const auto& t : seen)
+    if (t.votes > best->votes) best = &t;
+  v.what = verdict::kind::differ;
+  v.reference = best->first;
+  v.majority = best->votes;
+  for (int q = 0; q < p && v.blamed < 0; ++q)
+    if (get_le<std::uint64_t>(at(q)) != best->digest) v.blamed = q;
   return v;
 }
 
