@@ -353,12 +353,17 @@ outcome run_case(Tr& t, const conf_case& k) {
 bool check(const conf_case& k, int p, const std::vector<outcome>& got, const std::string& where) {
   const int d = differing_rank(p);
   bool ok = true;
+  // Every rank ends with the same data in these: the reference is computed once (it is O(p·n)).
+  const bool same_everywhere = k.c == coll::allreduce || k.c == coll::allgather || k.c == coll::broadcast;
+  std::uint64_t want_all = 0;
   for (int r = 0; r < p; ++r) {
     const outcome& o = got[static_cast<std::size_t>(r)];
     INFO(where << " p=" << p << " " << describe(k) << ": rank " << r << " code " << o.code << " blamed " << o.blamed);
     if (k.bad == fault::none) {
-      const std::uint64_t want =
-          weft::visit(k.type, [&](auto tag) { return hash_of(expected<typename decltype(tag)::type>(k, p, r)); });
+      const std::uint64_t want = same_everywhere && r > 0 ? want_all : weft::visit(k.type, [&](auto tag) {
+        return hash_of(expected<typename decltype(tag)::type>(k, p, r));
+      });
+      want_all = want;
       CHECK(o.code == 0);
       CHECK(o.hash == want);  // the right bits, hence the same on every rank
       ok = ok && o.code == 0 && o.hash == want;
