@@ -7,6 +7,7 @@
 // The launcher kills a worker with SIGKILL mid-run and later starts a new one, which pulls the
 // state; the loss curve goes to a CSV and (with python3 + matplotlib) a PNG.
 #include <weft/comm/elastic.hpp>
+#include <weft/comm/launcher.hpp>
 
 // g++ 12 reports a false -Wmaybe-uninitialized inside its AVX-512 intrinsics when Eigen is compiled
 // for AVX-512 (GCC bug 105593); silenced for Eigen's text only.
@@ -341,6 +342,9 @@ int run_launcher(const settings& s) {
   std::filesystem::create_directories(s.out);
   for (auto& f : std::filesystem::directory_iterator(s.out))
     if (f.path().extension() == ".log") std::filesystem::remove(f.path());
+  // The job's secret, shared with the workers spawned below through the environment, so no other
+  // process can join the group (weft refuses to form one without a secret unless told otherwise).
+  if (std::getenv("WEFT_JOB_SECRET") == nullptr) ::setenv("WEFT_JOB_SECRET", weft::comm::make_job_secret().c_str(), 1);
   we::coordinator_options co;
   co.min_members = s.workers;
   co.heartbeat_timeout = 1s;

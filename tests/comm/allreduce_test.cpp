@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 namespace wc = weft::comm;
@@ -167,5 +169,62 @@ TEST_CASE("double binary trees span every rank once", "[comm][allreduce]") {
       }
       CHECK(roots == 1);
       for (int r = 0; r < p; ++r) CHECK(child_count[static_cast<std::size_t>(r)] <= 1);
+    }
+}
+
+namespace {
+// Every rank holds values at the type's limits; the sum and product wrap (two's complement) and
+// every algorithm, whatever its order of operations, must give the wrapped result computed in
+// unsigned arithmetic (associative and commutative mod 2^k, so the order cannot matter).
+template <class T>
+void check_wrapping_allreduce(wc::algorithm algo, int p) {
+  using L = std::numeric_limits<T>;
+  using U = std::make_unsigned_t<T>;
+  const std::vector<T> pattern{L::max(), L::min(), static_cast<T>(L::max() - 1), T(1), static_cast<T>(-1), T(0)};
+  auto at = [&](int r, std::size_t i) { return pattern[(i + static_cast<std::size_t>(r)) % pattern.size()]; };
+  const std::size_t n = 2 * pattern.size() + 1;
+  std::vector<T> want_sum(n), want_prod(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t s = 0, m = 1;
+    for (int r = 0; r < p; ++r) {
+      s += static_cast<U>(at(r, i));
+      m *= static_cast<U>(at(r, i));
+    }
+    const auto su = static_cast<U>(s), mu = static_cast<U>(m);
+    std::memcpy(&want_sum[i], &su, sizeof(T));
+    std::memcpy(&want_prod[i], &mu, sizeof(T));
+  }
+  const auto hosts = host_map(p);
+  std::vector<std::vector<T>> sums(static_cast<std::size_t>(p)), prods(static_cast<std::size_t>(p));
+  auto errors = weft_test::run_ranks(p, [&](wc::inproc_transport& t) {
+    std::vector<T> s(n), m(n);
+    for (std::size_t i = 0; i < n; ++i) s[i] = m[i] = at(t.rank(), i);
+    wc::options opt;
+    opt.algo = algo;
+    opt.segment_bytes = 4;  // several segments even here
+    opt.hosts = hosts;
+    wc::allreduce(t, std::span<T>(s), weft::op::sum{}, opt);
+    wc::allreduce(t, std::span<T>(m), weft::op::prod{}, opt);
+    sums[static_cast<std::size_t>(t.rank())] = std::move(s);
+    prods[static_cast<std::size_t>(t.rank())] = std::move(m);
+  });
+  REQUIRE(weft_test::all_ok(errors));
+  for (int r = 0; r < p; ++r) {
+    INFO(sizeof(T) << "-byte " << (L::is_signed ? "signed" : "unsigned") << ", algorithm " << wc::to_string(algo)
+                   << " p=" << p << " rank " << r);
+    CHECK(sums[static_cast<std::size_t>(r)] == want_sum);
+    CHECK(prods[static_cast<std::size_t>(r)] == want_prod);
+  }
+}
+}  // namespace
+
+TEST_CASE("integer sum and prod wrap around at the limits of every integer dtype, on every algorithm",
+          "[comm][allreduce]") {
+  for (auto algo : all_algorithms)
+    for (int p : {2, 3, 5}) {
+      check_wrapping_allreduce<std::int8_t>(algo, p);
+      check_wrapping_allreduce<std::uint8_t>(algo, p);
+      check_wrapping_allreduce<std::int32_t>(algo, p);
+      check_wrapping_allreduce<std::int64_t>(algo, p);
     }
 }

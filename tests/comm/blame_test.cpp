@@ -2,6 +2,8 @@
 // others fail at their deadline, and every survivor's comm_error names the stopped rank (the one
 // the others' "waiting on" reports lead to), not a neighbour that was itself waiting. Each rank of
 // 4 in turn, over tcp and shm; ranks are forked processes, stopped by the parent.
+#include "job_secret.hpp"
+
 #include <weft/comm/allreduce.hpp>
 #include <weft/comm/comm_error.hpp>
 #include <weft/comm/shm_transport.hpp>

@@ -1,3 +1,4 @@
+#include "job_secret.hpp"
 #include "process_check.hpp"
 
 #include <weft/comm/launcher.hpp>

@@ -295,8 +295,16 @@ TEST_CASE("descriptors: every field is reported in order, and survives the wire"
   other = base;
   other.segment_bytes = 8192;
   CHECK(wc::first_difference(base, other)->field == "segment_bytes");
+  other = base;
+  other.hosts = 0x0123456789abcdefull;  // the host map's hash (hierarchical)
+  CHECK(wc::first_difference(base, other)->field == "host map");
+  CHECK(wc::first_difference(base, other)->there == "hash 0123456789abcdef");
   CHECK_FALSE(wc::first_difference(base, base));
   std::byte buf[wc::descriptor_wire_bytes];
+  STATIC_REQUIRE(wc::descriptor_wire_bytes == 56);
+  wc::encode(other, std::span<std::byte, wc::descriptor_wire_bytes>(buf, sizeof buf));
+  CHECK(wc::decode(std::span<const std::byte, wc::descriptor_wire_bytes>(buf, sizeof buf)) == other);
+  CHECK(buf[48] == std::byte{0xef});  // the hash, little-endian, after the operator's name
   wc::encode(base, std::span<std::byte, wc::descriptor_wire_bytes>(buf, sizeof buf));
   CHECK(wc::decode(std::span<const std::byte, wc::descriptor_wire_bytes>(buf, sizeof buf)) == base);
   buf[1] = std::byte{200};  // an unknown dtype from the wire is kept and named, not trusted

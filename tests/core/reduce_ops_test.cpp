@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -69,4 +72,75 @@ TEST_CASE("runtime reduce_kind dispatches to the operator", "[core][reduce]") {
   CHECK(m == -1.0);
   CHECK_THROWS_WITH(weft::visit<float>(weft::reduce_kind::bit_xor, [](auto op) { return op(1.0f, 2.0f); }),
                     Catch::Contains("operator bit_xor does not apply"));
+}
+
+namespace {
+// The wrapped result computed independently: in the unsigned type of the same width, where
+// overflow is defined, then reinterpreted bit for bit.
+template <class T>
+T wrapped_sum(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  const auto u = static_cast<U>(static_cast<std::uint64_t>(static_cast<U>(a)) + static_cast<U>(b));
+  T out;
+  std::memcpy(&out, &u, sizeof(T));
+  return out;
+}
+template <class T>
+T wrapped_prod(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  const auto u = static_cast<U>(static_cast<std::uint64_t>(static_cast<U>(a)) * static_cast<U>(b));
+  T out;
+  std::memcpy(&out, &u, sizeof(T));
+  return out;
+}
+
+template <class T>
+void check_wraps_at_the_limits() {
+  using L = std::numeric_limits<T>;
+  const std::vector<T> edge{L::max(), L::min(), static_cast<T>(L::max() - 1),    static_cast<T>(L::min() + 1),
+                            T(0),     T(1),     static_cast<T>(L::max() / 2 + 1)};
+  for (T a : edge)
+    for (T b : edge) {
+      INFO(sizeof(T) << "-byte " << (L::is_signed ? "signed" : "unsigned") << ": " << +a << ", " << +b);
+      CHECK(weft::op::sum{}(a, b) == wrapped_sum(a, b));
+      CHECK(weft::op::prod{}(a, b) == wrapped_prod(a, b));
+      CHECK(weft::op::avg{}(a, b) == wrapped_sum(a, b));
+    }
+  // Named cases, so a reader sees what wrap-around means.
+  CHECK(weft::op::sum{}(L::max(), T(1)) == L::min());
+  CHECK(weft::op::sum{}(L::min(), static_cast<T>(-1)) == L::max());  // -1 is all ones: L::max() when unsigned
+  CHECK(weft::op::prod{}(L::max(), L::max()) == T(1));               // (2^k - 1)^2 = 1 mod 2^k, and (2^(k-1) - 1)^2 too
+  // reduce_into over a whole buffer: every element wraps the same way.
+  std::vector<T> acc(33, L::max()), in(33, L::max());
+  weft::reduce_into(acc.data(), in.data(), acc.size(), weft::op::sum{});
+  for (T x : acc) CHECK(x == wrapped_sum(L::max(), L::max()));
+  // avg divides the wrapped sum; contribution counts the type cannot hold do not wrap the divisor.
+  CHECK(weft::finalize(weft::op::avg{}, L::max(), 1) == L::max());
+  CHECK(weft::finalize(weft::op::avg{}, L::min(), 1) == L::min());
+  CHECK(weft::finalize(weft::op::avg{}, static_cast<T>(L::max() - 1), 2) == static_cast<T>((L::max() - 1) / 2));
+  CHECK(weft::finalize(weft::op::avg{}, L::max(), std::size_t{1} << 40) ==
+        static_cast<T>(static_cast<std::uint64_t>(L::max()) >> 40));
+  if constexpr (L::is_signed) {
+    // The most negative value over 2^(k-1) contributions is exactly -1, even for 64 bits.
+    CHECK(weft::finalize(weft::op::avg{}, L::min(), static_cast<std::size_t>(L::max()) + 1) == T(-1));
+    CHECK(weft::finalize(weft::op::avg{}, L::min(), std::size_t{1} << 40) ==
+          (sizeof(T) == 8 ? static_cast<T>(-(std::int64_t{1} << 23)) : T(0)));  // -2^63 / 2^40; |min| < 2^40
+    CHECK(weft::finalize(weft::op::avg{}, T(-7), 2) == T(-3));                  // toward zero, as C++ division
+  }
+}
+}  // namespace
+
+TEST_CASE("integer sum, prod and avg wrap around at the limits of every integer dtype, without UB", "[core][reduce]") {
+  check_wraps_at_the_limits<std::int8_t>();
+  check_wraps_at_the_limits<std::uint8_t>();
+  check_wraps_at_the_limits<std::int32_t>();
+  check_wraps_at_the_limits<std::int64_t>();
+  // Not dtypes, but operators of the library all the same: the types integer promotion would turn
+  // into a signed int overflow (u16 * u16), and the unsigned 32/64-bit ones.
+  check_wraps_at_the_limits<std::uint16_t>();
+  check_wraps_at_the_limits<std::int16_t>();
+  check_wraps_at_the_limits<std::uint32_t>();
+  check_wraps_at_the_limits<std::uint64_t>();
+  STATIC_REQUIRE(weft::op::sum{}(std::int32_t{2147483647}, std::int32_t{2147483647}) == -2);  // the UBSan finding
+  STATIC_REQUIRE(weft::op::prod{}(std::int64_t{1} << 62, std::int64_t{4}) == 0);
 }

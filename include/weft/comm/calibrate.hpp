@@ -25,16 +25,21 @@ namespace weft::comm {
 template <transport Tr>
 cost_model calibrate(Tr& t, std::size_t large_bytes = std::size_t{4} << 20, int reps = 7, const options& opt = {}) {
   constexpr const char* where = "weft::comm::calibrate";
-  expects(large_bytes >= 1024, errc::invalid_argument, where, "large_bytes ", large_bytes, " must be >= 1024");
-  expects(reps >= 1, errc::invalid_argument, where, "reps ", reps, " must be >= 1");
   const int p = static_cast<int>(t.size()), r = static_cast<int>(t.rank());
+  detail::proposal call(where, opt);
+  call.desc =
+      detail::describe_call(collective::calibrate, dtype::u8, large_bytes, "", p, static_cast<std::uint64_t>(reps));
+  call.require([&] {
+    expects(large_bytes >= 1024, errc::invalid_argument, where, "large_bytes ", large_bytes, " must be >= 1024");
+    expects(reps >= 1, errc::invalid_argument, where, "reps ", reps, " must be >= 1");
+  });
+  detail::agree(t, call);
   std::array<double, 3> model{cost_model{}.alpha, cost_model{}.beta, cost_model{}.gamma};
   if (p == 1) return {};
-  const deadline until = detail::start_call(where, opt);
+  const deadline until = call.until();
   const msg_tag tag{opt.channel, make_check(collective::calibrate, dtype::u8, algorithm::ring, large_bytes, "", 0)};
   detail::call_context c(t, where, tag, until);
-  c.begin(
-      detail::describe_call(collective::calibrate, dtype::u8, large_bytes, "", p, static_cast<std::uint64_t>(reps)));
+  c.begin(call.desc);
   std::vector<std::byte> buf(large_bytes);
   auto round_trip = [&](std::size_t bytes) {
     std::vector<double> times;

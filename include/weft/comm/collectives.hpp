@@ -6,6 +6,7 @@
 
 #include <weft/comm/allreduce.hpp>
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/detail/agreement.hpp>
 #include <weft/comm/detail/context.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/dtype.hpp>
@@ -29,11 +30,6 @@ bool overlap(std::span<A> a, std::span<B> b) noexcept {
   const auto a0 = reinterpret_cast<std::uintptr_t>(a.data()), a1 = a0 + a.size_bytes();
   const auto b0 = reinterpret_cast<std::uintptr_t>(b.data()), b1 = b0 + b.size_bytes();
   return a0 < b1 && b0 < a1;
-}
-
-inline deadline start_call(const char* where, const options& opt) {
-  detail::check_call_options(where, opt);
-  return clock_type::now() + opt.timeout;
 }
 
 inline void check_root(const char* where, int root, int p) {
@@ -68,15 +64,19 @@ void reduce_scatter(Tr& t, std::span<const T> in, std::span<T> out, Op op = {}, 
   constexpr const char* where = "weft::comm::reduce_scatter";
   const int p = static_cast<int>(t.size()), r = static_cast<int>(t.rank());
   const auto P = static_cast<std::size_t>(p);
-  expects(in.size() == P * out.size(), errc::invalid_argument, where, "input has ", in.size(),
-          " elements; it must hold ", p, " blocks of the output's ", out.size());
-  expects(!detail::overlap(in, out), errc::invalid_argument, where, "input and output overlap");
-  const deadline until = detail::start_call(where, opt);
+  detail::proposal call(where, opt);
+  call.desc =
+      detail::describe_call(collective::reduce_scatter, dtype_of<T>, out.size(), op_name<Op>(), p, opt.segment_bytes);
+  call.require([&] {
+    expects(in.size() == P * out.size(), errc::invalid_argument, where, "input has ", in.size(),
+            " elements; it must hold ", p, " blocks of the output's ", out.size());
+    expects(!detail::overlap(in, out), errc::invalid_argument, where, "input and output overlap");
+  });
+  detail::agree(t, call);
   const msg_tag tag{opt.channel, make_check(collective::reduce_scatter, dtype_of<T>, algorithm::ring, out.size(),
                                             op_name<Op>(), opt.segment_bytes)};
-  detail::call_context c(t, where, tag, until);
-  c.begin(
-      detail::describe_call(collective::reduce_scatter, dtype_of<T>, out.size(), op_name<Op>(), p, opt.segment_bytes));
+  detail::call_context c(t, where, tag, call.until());
+  c.begin(call.desc);
   const std::size_t b = out.size();
   std::vector<T> work(in.begin(), in.end());
   std::vector<T> tmp(b);
@@ -102,14 +102,18 @@ void allgather(Tr& t, std::span<const T> in, std::span<T> out, const options& op
   constexpr const char* where = "weft::comm::allgather";
   const int p = static_cast<int>(t.size()), r = static_cast<int>(t.rank());
   const auto P = static_cast<std::size_t>(p);
-  expects(out.size() == P * in.size(), errc::invalid_argument, where, "output has ", out.size(),
-          " elements; it must hold ", p, " blocks of the input's ", in.size());
-  expects(!detail::overlap(in, out), errc::invalid_argument, where, "input and output overlap");
-  const deadline until = detail::start_call(where, opt);
+  detail::proposal call(where, opt);
+  call.desc = detail::describe_call(collective::allgather, dtype_of<T>, in.size(), "", p, opt.segment_bytes);
+  call.require([&] {
+    expects(out.size() == P * in.size(), errc::invalid_argument, where, "output has ", out.size(),
+            " elements; it must hold ", p, " blocks of the input's ", in.size());
+    expects(!detail::overlap(in, out), errc::invalid_argument, where, "input and output overlap");
+  });
+  detail::agree(t, call);
   const msg_tag tag{opt.channel,
                     make_check(collective::allgather, dtype_of<T>, algorithm::ring, in.size(), "", opt.segment_bytes)};
-  detail::call_context c(t, where, tag, until);
-  c.begin(detail::describe_call(collective::allgather, dtype_of<T>, in.size(), "", p, opt.segment_bytes));
+  detail::call_context c(t, where, tag, call.until());
+  c.begin(call.desc);
   const std::size_t b = in.size();
   std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * b));
   const int next = detail::mod(r + 1, p), prev = detail::mod(r - 1, p);
@@ -127,13 +131,15 @@ template <transport Tr, element_type T>
 void broadcast(Tr& t, std::span<T> data, int root, const options& opt = {}) {
   constexpr const char* where = "weft::comm::broadcast";
   const int p = static_cast<int>(t.size()), r = static_cast<int>(t.rank());
-  detail::check_root(where, root, p);
-  const deadline until = detail::start_call(where, opt);
+  detail::proposal call(where, opt);
+  call.desc = detail::describe_call(collective::broadcast, dtype_of<T>, data.size(), "", p, opt.segment_bytes, root,
+                                    algorithm::tree);
+  call.require([&] { detail::check_root(where, root, p); });
+  detail::agree(t, call);
   const msg_tag tag{opt.channel, make_check(collective::broadcast, dtype_of<T>, algorithm::tree, data.size(), "",
                                             opt.segment_bytes + static_cast<std::size_t>(root))};
-  detail::call_context c(t, where, tag, until);
-  c.begin(detail::describe_call(collective::broadcast, dtype_of<T>, data.size(), "", p, opt.segment_bytes, root,
-                                algorithm::tree));
+  detail::call_context c(t, where, tag, call.until());
+  c.begin(call.desc);
   const auto links = detail::binomial(p, r, root);
   const std::size_t n = data.size(), seg = detail::segment_elems(opt.segment_bytes, sizeof(T));
   const std::size_t segs = std::max<std::size_t>(1, (n + seg - 1) / seg);
@@ -154,13 +160,15 @@ requires reduce_op<Op, T>
 void reduce(Tr& t, std::span<T> data, int root, Op op = {}, const options& opt = {}) {
   constexpr const char* where = "weft::comm::reduce";
   const int p = static_cast<int>(t.size()), r = static_cast<int>(t.rank());
-  detail::check_root(where, root, p);
-  const deadline until = detail::start_call(where, opt);
+  detail::proposal call(where, opt);
+  call.desc = detail::describe_call(collective::reduce, dtype_of<T>, data.size(), op_name<Op>(), p, opt.segment_bytes,
+                                    root, algorithm::tree);
+  call.require([&] { detail::check_root(where, root, p); });
+  detail::agree(t, call);
   const msg_tag tag{opt.channel, make_check(collective::reduce, dtype_of<T>, algorithm::tree, data.size(),
                                             op_name<Op>(), opt.segment_bytes + static_cast<std::size_t>(root))};
-  detail::call_context c(t, where, tag, until);
-  c.begin(detail::describe_call(collective::reduce, dtype_of<T>, data.size(), op_name<Op>(), p, opt.segment_bytes, root,
-                                algorithm::tree));
+  detail::call_context c(t, where, tag, call.until());
+  c.begin(call.desc);
   const auto links = detail::binomial(p, r, root);
   std::vector<T> own;
   std::span<T> acc = data;
@@ -186,10 +194,12 @@ template <transport Tr>
 void barrier(Tr& t, const options& opt = {}) {
   constexpr const char* where = "weft::comm::barrier";
   const int p = static_cast<int>(t.size()), r = static_cast<int>(t.rank());
-  const deadline until = detail::start_call(where, opt);
+  detail::proposal call(where, opt);
+  call.desc = detail::describe_call(collective::barrier, dtype::u8, 0, "", p);
+  detail::agree(t, call);
   const msg_tag tag{opt.channel, make_check(collective::barrier, dtype::u8, algorithm::ring, 0, "", 0)};
-  detail::call_context c(t, where, tag, until);
-  c.begin(detail::describe_call(collective::barrier, dtype::u8, 0, "", p));
+  detail::call_context c(t, where, tag, call.until());
+  c.begin(call.desc);
   int round = 0;
   for (int k = 1; k < p; k <<= 1, ++round) {
     c.phase("dissemination", round);
@@ -205,13 +215,17 @@ void alltoall(Tr& t, std::span<const T> in, std::span<T> out, const options& opt
   constexpr const char* where = "weft::comm::alltoall";
   const int p = static_cast<int>(t.size()), r = static_cast<int>(t.rank());
   const auto P = static_cast<std::size_t>(p);
-  expects(in.size() == out.size() && in.size() % P == 0, errc::invalid_argument, where, "input (", in.size(),
-          ") and output (", out.size(), ") must have equal sizes divisible by the rank count ", p);
-  expects(!detail::overlap(in, out), errc::invalid_argument, where, "input and output overlap");
-  const deadline until = detail::start_call(where, opt);
+  detail::proposal call(where, opt);
+  call.desc = detail::describe_call(collective::alltoall, dtype_of<T>, in.size(), "", p);
+  call.require([&] {
+    expects(in.size() == out.size() && in.size() % P == 0, errc::invalid_argument, where, "input (", in.size(),
+            ") and output (", out.size(), ") must have equal sizes divisible by the rank count ", p);
+    expects(!detail::overlap(in, out), errc::invalid_argument, where, "input and output overlap");
+  });
+  detail::agree(t, call);
   const msg_tag tag{opt.channel, make_check(collective::alltoall, dtype_of<T>, algorithm::ring, in.size(), "", 0)};
-  detail::call_context c(t, where, tag, until);
-  c.begin(detail::describe_call(collective::alltoall, dtype_of<T>, in.size(), "", p));
+  detail::call_context c(t, where, tag, call.until());
+  c.begin(call.desc);
   const std::size_t b = in.size() / P;
   const auto R = static_cast<std::size_t>(r);
   std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(R * b), b, out.begin() + static_cast<std::ptrdiff_t>(R * b));
@@ -235,22 +249,31 @@ void alltoallv(Tr& t, std::span<const T> in, std::span<const std::size_t> send_c
   const int p = static_cast<int>(t.size()), r = static_cast<int>(t.rank());
   const auto P = static_cast<std::size_t>(p);
   const auto R = static_cast<std::size_t>(r);
-  expects(send_counts.size() == P && recv_counts.size() == P, errc::invalid_argument, where,
-          "send_counts and recv_counts need one entry per rank (", p, "), got ", send_counts.size(), " and ",
-          recv_counts.size());
-  const std::size_t send_total = std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0});
-  const std::size_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0});
-  expects(send_total == in.size(), errc::invalid_argument, where, "send_counts sum to ", send_total,
-          " but the input has ", in.size(), " elements");
-  expects(recv_total == out.size(), errc::invalid_argument, where, "recv_counts sum to ", recv_total,
-          " but the output has ", out.size(), " elements");
-  expects(send_counts[R] == recv_counts[R], errc::invalid_argument, where, "this rank sends ", send_counts[R],
-          " elements to itself but expects to receive ", recv_counts[R]);
-  expects(!detail::overlap(in, out), errc::invalid_argument, where, "input and output overlap");
-  const deadline until = detail::start_call(where, opt);
+  detail::proposal call(where, opt);
+  call.desc = detail::describe_call(collective::alltoallv, dtype_of<T>, 0, "", p);  // counts differ by rank
+  call.require([&] {
+    expects(send_counts.size() == P && recv_counts.size() == P, errc::invalid_argument, where,
+            "send_counts and recv_counts need one entry per rank (", p, "), got ", send_counts.size(), " and ",
+            recv_counts.size());
+    const std::size_t send_total = std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0});
+    const std::size_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0});
+    expects(send_total == in.size(), errc::invalid_argument, where, "send_counts sum to ", send_total,
+            " but the input has ", in.size(), " elements");
+    expects(recv_total == out.size(), errc::invalid_argument, where, "recv_counts sum to ", recv_total,
+            " but the output has ", out.size(), " elements");
+    expects(send_counts[R] == recv_counts[R], errc::invalid_argument, where, "this rank sends ", send_counts[R],
+            " elements to itself but expects to receive ", recv_counts[R]);
+    expects(!detail::overlap(in, out), errc::invalid_argument, where, "input and output overlap");
+  });
+  // Each pair's counts are compared in the agreement (as a balance that cancels out over the group),
+  // so a rank that only sends to a rank expecting another count fails too, not only the receiver.
+  call.balance = detail::count_balance(r, send_counts, recv_counts);
+  call.sends = send_counts;
+  call.recvs = recv_counts;
+  detail::agree(t, call);
   const msg_tag tag{opt.channel, make_check(collective::alltoallv, dtype_of<T>, algorithm::ring, 0, "", 0)};
-  detail::call_context c(t, where, tag, until);
-  c.begin(detail::describe_call(collective::alltoallv, dtype_of<T>, 0, "", p));  // counts differ by rank
+  detail::call_context c(t, where, tag, call.until());
+  c.begin(call.desc);
   std::vector<std::size_t> send_off(P + 1, 0), recv_off(P + 1, 0);
   for (std::size_t q = 0; q < P; ++q) {
     send_off[q + 1] = send_off[q] + send_counts[q];

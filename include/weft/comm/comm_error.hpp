@@ -49,7 +49,8 @@ inline std::string render(const failure_info& f) {
   if (f.peer >= 0) out << " peer " << f.peer;
   out << " channel " << f.channel;
   out << ": " << f.detail;
-  if (f.blamed >= 0 && f.detail.find("rank " + std::to_string(f.blamed)) == std::string::npos)
+  if (f.blamed >= 0 && f.detail.find("rank " + std::to_string(f.blamed)) == std::string::npos &&
+      f.detail.find("held responsible") == std::string::npos)
     out << " [rank " << f.blamed << " is held responsible]";
   return out.str();
 }

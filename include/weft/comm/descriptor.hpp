@@ -1,8 +1,9 @@
 // The descriptor of one collective call (which collective, element count, dtype, operator, root,
-// algorithm and whether the tuner chose it, segment size, group size). Every collective hands it
-// to its transport before the first message; a transport that checks descriptors
-// (descriptor_checking_transport: shm and tcp carry it in the first frame to each peer) compares
-// it with every peer's, so ranks that disagree fail at once, naming the field and both values.
+// algorithm and whether the tuner chose it, segment size, group size, host map). Every collective
+// first agrees on it with every rank (detail/agreement.hpp: a digest of it is allgathered), so ranks
+// that disagree fail together before any data moves, naming the field and both values; a transport
+// that checks descriptors (descriptor_checking_transport: shm and tcp carry it in the first frame
+// to each peer) also compares it with every peer's as a second line of defence.
 #pragma once
 
 #include <weft/comm/concepts.hpp>
@@ -34,6 +35,7 @@ struct collective_descriptor {
   std::uint64_t segment_bytes = 0;   ///< pipelining granularity, 0 where the collective has none
   std::uint32_t group_size = 0;      ///< ranks taking part
   std::array<char, 16> op{};         ///< the reduction operator's name, NUL-padded ("" for none)
+  std::uint64_t hosts = 0;           ///< hash of the host map (hierarchical), 0 where none is used
 
   void set_op(std::string_view name) noexcept {
     op.fill('\0');
@@ -70,8 +72,8 @@ inline std::string algo_name(algorithm a, bool automatic) {
 
 /// The first field in which `mine` and `theirs` differ, or nothing when they agree. Fields are
 /// compared in the order a user fixes them: collective, group size, count, dtype, operator, root,
-/// algorithm, segment size — so a count difference is reported as one even when it also made the
-/// tuner pick different algorithms. O(1).
+/// algorithm, segment size, host map — so a count difference is reported as one even when it also
+/// made the tuner pick different algorithms. O(1).
 inline std::optional<descriptor_difference> first_difference(const collective_descriptor& mine,
                                                              const collective_descriptor& theirs) {
   using detail::enum_name;
@@ -93,6 +95,14 @@ inline std::optional<descriptor_difference> first_difference(const collective_de
   if (mine.segment_bytes != theirs.segment_bytes)
     return descriptor_difference{"segment_bytes", std::to_string(mine.segment_bytes),
                                  std::to_string(theirs.segment_bytes)};
+  if (mine.hosts != theirs.hosts) {
+    auto hex = [](std::uint64_t h) {
+      std::string s(16, '0');
+      for (int i = 15; i >= 0; --i, h >>= 4) s[static_cast<std::size_t>(i)] = "0123456789abcdef"[h & 0xfu];
+      return "hash " + s;
+    };
+    return descriptor_difference{"host map", hex(mine.hosts), hex(theirs.hosts)};
+  }
   return std::nullopt;
 }
 
@@ -105,7 +115,7 @@ inline std::string explain(const descriptor_difference& d, int peer) {
 }
 
 /// Size of a descriptor on the wire (docs/comm.md, "Wire format").
-inline constexpr std::size_t descriptor_wire_bytes = 48;
+inline constexpr std::size_t descriptor_wire_bytes = 56;
 
 namespace detail {
 /// Little-endian stores and loads of wire integers (one move on little-endian hosts).
@@ -133,9 +143,9 @@ T get_le(const std::byte* p) noexcept {
 }
 }  // namespace detail
 
-/// Writes d as 48 little-endian bytes: u8 collective, u8 dtype, u8 algorithm, u8 flags (bit 0:
+/// Writes d as 56 little-endian bytes: u8 collective, u8 dtype, u8 algorithm, u8 flags (bit 0:
 /// chosen by the tuner), i32 root, u64 count, u64 segment_bytes, u32 group_size, u32 reserved (0),
-/// char[16] op. O(1).
+/// char[16] op, u64 host-map hash. O(1).
 inline void encode(const collective_descriptor& d, std::span<std::byte, descriptor_wire_bytes> out) noexcept {
   std::byte* p = out.data();
   std::memset(p, 0, descriptor_wire_bytes);
@@ -148,6 +158,7 @@ inline void encode(const collective_descriptor& d, std::span<std::byte, descript
   detail::put_le<std::uint64_t>(p + 16, d.segment_bytes);
   detail::put_le<std::uint32_t>(p + 24, d.group_size);
   std::memcpy(p + 32, d.op.data(), d.op.size());
+  detail::put_le<std::uint64_t>(p + 48, d.hosts);
 }
 
 /// Reads what encode wrote. Any bytes decode to some descriptor (unknown enum values are kept and
@@ -164,6 +175,7 @@ inline collective_descriptor decode(std::span<const std::byte, descriptor_wire_b
   d.segment_bytes = detail::get_le<std::uint64_t>(p + 16);
   d.group_size = detail::get_le<std::uint32_t>(p + 24);
   std::memcpy(d.op.data(), p + 32, d.op.size());
+  d.hosts = detail::get_le<std::uint64_t>(p + 48);
   return d;
 }
 

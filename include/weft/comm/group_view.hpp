@@ -49,6 +49,11 @@ class group_view {
                 deadline until) {
     parent_->sendrecv(map(dst), out, map(src), in, tag, until);
   }
+  /// The transport this is a view of, and view rank r's rank there (errors name ranks as the whole
+  /// group numbers them: detail::global_rank). Throws errc::invalid_argument for r outside the view.
+  const Parent& parent() const noexcept { return *parent_; }
+  int parent_rank(int r) const { return map(r); }
+
   void abort(std::string_view why) requires abortable_transport<Parent> { parent_->abort(why); }
   void abort(const comm_error& e) requires failure_carrying_transport<Parent> { parent_->abort(e); }
   /// Declares a collective of this view's members to the parent (descriptor.hpp): members are

@@ -1,9 +1,12 @@
 // Starting N local ranks: fork_ranks runs a function in N forked processes (tests, examples,
 // single-binary jobs), spawn_ranks starts N copies of a program with WEFT_RANK / WEFT_SIZE set
-// (what mpirun does, for one host). Both wait for all ranks and report each exit status.
+// (what mpirun does, for one host). Both give the ranks a fresh per-job secret in WEFT_JOB_SECRET
+// (unless one is set already), so the tcp and elastic jobs they form are authenticated, and both
+// wait for all ranks and report each exit status.
 #pragma once
 
 #include <weft/comm/detail/env.hpp>
+#include <weft/comm/detail/handshake.hpp>
 #include <weft/core/error.hpp>
 
 #include <chrono>
@@ -11,6 +14,7 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -34,7 +38,20 @@ struct launch_result {
   }
 };
 
+/// A fresh job secret (32 random bytes as 64 hex characters) for WEFT_JOB_SECRET or a secret
+/// option, for launchers other than fork_ranks and spawn_ranks. Thread-safe.
+inline std::string make_job_secret() { return detail::make_job_secret(); }
+
 namespace detail {
+/// The secret the ranks of a launch get: "" when WEFT_JOB_SECRET is set already (they inherit it)
+/// or the user opted out of authentication with WEFT_ALLOW_UNAUTHENTICATED=1, else a fresh one.
+inline std::string secret_for_launch() {
+  if (std::getenv("WEFT_JOB_SECRET") != nullptr) return {};
+  const char* allow = std::getenv("WEFT_ALLOW_UNAUTHENTICATED");
+  if (allow != nullptr && std::string_view(allow) == "1") return {};
+  return make_job_secret();
+}
+
 inline launch_result wait_ranks(const std::vector<pid_t>& pids, std::chrono::milliseconds timeout) {
   launch_result res;
   res.status.assign(pids.size(), 124);
@@ -69,12 +86,14 @@ inline launch_result wait_ranks(const std::vector<pid_t>& pids, std::chrono::mil
 }  // namespace detail
 
 /// Forks n processes; process r calls fn(r) and exits 0, or prints the exception and exits 1.
-/// Kills the ranks still running at `timeout` (status 124). Call it from a single-threaded
-/// process (fork copies only the calling thread). Throws errc::invalid_argument for n < 1 and
-/// errc::io when fork fails. O(n) processes.
+/// Unless WEFT_JOB_SECRET is set (or WEFT_ALLOW_UNAUTHENTICATED=1), every rank gets the same fresh
+/// secret in WEFT_JOB_SECRET (this process's environment is left as it was). Kills the ranks still running at `timeout`
+/// (status 124). Call it from a single-threaded process (fork copies only the calling thread). Throws
+/// errc::invalid_argument for n < 1 and errc::io when fork fails. O(n) processes.
 template <class Fn>
 launch_result fork_ranks(int n, Fn&& fn, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   expects(n >= 1, errc::invalid_argument, "weft::comm::fork_ranks", "rank count ", n, " must be >= 1");
+  const std::string secret = detail::secret_for_launch();
   std::vector<pid_t> pids;
   std::fflush(nullptr);
   for (int r = 0; r < n; ++r) {
@@ -87,6 +106,7 @@ launch_result fork_ranks(int n, Fn&& fn, std::chrono::milliseconds timeout = std
     if (pid == 0) {
       int code = 0;
       try {
+        if (!secret.empty()) ::setenv("WEFT_JOB_SECRET", secret.c_str(), 1);
         fn(r);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
@@ -104,11 +124,13 @@ launch_result fork_ranks(int n, Fn&& fn, std::chrono::milliseconds timeout = std
 }
 
 /// Starts n copies of `program` with `args`, each with WEFT_RANK=r and WEFT_SIZE=n added to the
-/// environment, and waits for them (killing stragglers at `timeout`). Throws errc::io when a
-/// process cannot be started.
+/// environment (and, unless WEFT_JOB_SECRET is set or WEFT_ALLOW_UNAUTHENTICATED=1, the same fresh
+/// secret in it), and waits for
+/// them (killing stragglers at `timeout`). Throws errc::io when a process cannot be started.
 inline launch_result spawn_ranks(int n, const std::string& program, const std::vector<std::string>& args,
                                  std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   expects(n >= 1, errc::invalid_argument, "weft::comm::spawn_ranks", "rank count ", n, " must be >= 1");
+  const std::string secret = detail::secret_for_launch();
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> env_store;
@@ -118,6 +140,7 @@ inline launch_result spawn_ranks(int n, const std::string& program, const std::v
     }
     env_store.push_back("WEFT_RANK=" + std::to_string(r));
     env_store.push_back("WEFT_SIZE=" + std::to_string(n));
+    if (!secret.empty()) env_store.push_back("WEFT_JOB_SECRET=" + secret);
     std::vector<char*> envp, argv;
     for (auto& s : env_store) envp.push_back(s.data());
     envp.push_back(nullptr);

@@ -136,6 +136,15 @@ inline void check_call_options(const char* where, const options& opt) {
   expects(opt.segment_bytes > 0, errc::invalid_argument, where, "segment_bytes must be positive");
 }
 
+/// True for the values the algorithm enumeration names (a value cast from an integer may not be).
+constexpr bool is_known(algorithm a) noexcept { return to_string(a) != "?"; }
+
+/// Refuses an algorithm value outside the enumeration (e.g. read from a config file as a number). O(1).
+inline void check_algorithm(const char* where, algorithm a) {
+  expects(is_known(a), errc::invalid_argument, where, "algorithm ", static_cast<unsigned>(a),
+          " is not one of automatic, ring, tree, star, halving_doubling, hierarchical, recursive_doubling");
+}
+
 /// The operator's name in weft's hash (weft/core/hash.hpp), one character per hash_combine step:
 /// hash_bytes is not constexpr, and a name is a few characters. The length goes first, so a name
 /// and the same name with trailing NULs differ. O(length).

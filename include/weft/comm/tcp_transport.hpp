@@ -62,9 +62,13 @@ struct tcp_options {
   int recv_buffer = 0;  ///< SO_RCVBUF in bytes; 0 leaves the kernel's autotuning
   std::chrono::milliseconds connect_timeout{30'000};
   /// The job secret (16 to 1024 bytes, the same on every rank) that authenticates every
-  /// connection; "" reads WEFT_JOB_SECRET, and without either nothing is authenticated (a warning
-  /// says what is exposed). See docs/comm.md, "Wire format: handshake and authentication".
+  /// connection; "" reads WEFT_JOB_SECRET (fork_ranks and spawn_ranks set a fresh one for the ranks
+  /// they start). Without either, a job of more than one rank refuses to form (errc::invalid_argument)
+  /// unless allow_unauthenticated. See docs/comm.md, "Wire format: handshake and authentication".
   std::string secret = {};
+  /// Opt in to a job without a secret (or set WEFT_ALLOW_UNAUTHENTICATED=1): anyone who can connect
+  /// while it forms may join it as a rank. Said once on stderr when used.
+  bool allow_unauthenticated = false;
   /// Each accepted connection must finish its handshake within this, or it is dropped.
   std::chrono::milliseconds handshake_timeout{2'000};
   /// How a blocked rank waits (spin: poll the sockets without sleeping; yield: sched_yield(2)
@@ -216,7 +220,8 @@ class tcp_transport : public detail::engine_front<detail::tcp_link> {
  public:
   static constexpr bool thread_safe_channels = true;
 
-  /// Throws errc::invalid_argument for bad rank/size/options, errc::timeout when the rendezvous
+  /// Throws errc::invalid_argument for bad rank/size/options or a job of several ranks with no
+  /// secret and no allow_unauthenticated, errc::timeout when the rendezvous
   /// or the mesh does not complete in time, errc::mismatch when ranks disagree on size or
   /// connections, errc::io for socket errors.
   tcp_transport(int rank, int size, const tcp_rendezvous& where, tcp_options opt = {}) : rank_(rank), size_(size) {
@@ -232,6 +237,7 @@ class tcp_transport : public detail::engine_front<detail::tcp_link> {
     req.recv_buffer = opt.recv_buffer;
     req.connect_timeout = opt.connect_timeout;
     req.secret = opt.secret;
+    req.allow_unauthenticated = opt.allow_unauthenticated;
     req.limits.handshake_timeout = opt.handshake_timeout;
     mesh_ = std::make_unique<detail::tcp_mesh>(req);
     const int K = opt.connections;

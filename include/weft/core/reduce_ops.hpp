@@ -1,6 +1,8 @@
 // Reduction operators (weft::op::sum, prod, min, max, avg, bit_and, bit_or, bit_xor) as function
 // objects over accumulator values, the weft::reduce_op concept every collective and kernel checks,
-// and a runtime tag (weft::reduce_kind) for operators chosen from configuration.
+// and a runtime tag (weft::reduce_kind) for operators chosen from configuration. Integer sum and
+// prod wrap around (two's complement, as NCCL's and MPI's integer reductions do in practice), and
+// that is defined behaviour here: the arithmetic runs in the unsigned type of the same width.
 #pragma once
 
 #include <weft/core/config.hpp>
@@ -15,14 +17,31 @@
 #include <type_traits>
 
 namespace weft {
+namespace detail {
+/// The unsigned type integer A's sum and product are computed in: at least unsigned int, so the
+/// operands are not promoted back to (signed) int first (u16 * u16 overflows int), and wide enough
+/// for A. Unsigned arithmetic wraps by definition, and converting back to A keeps the low bits
+/// (C++20 [conv.integral]), which is two's-complement wrap-around without undefined behaviour.
+template <class A>
+using wrap_unsigned_t = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, std::make_unsigned_t<A>>;
+
+template <class A>
+inline constexpr bool wraps = std::is_integral_v<A> && !std::is_same_v<A, bool>;
+}  // namespace detail
+
 namespace op {
 
-/// a + b; identity 0.
+/// a + b; identity 0. Integers wrap around on overflow (defined: see the header's first lines).
 struct sum {
   static constexpr std::string_view name = "sum";
   template <class A>
   WEFT_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
-    return static_cast<A>(a + b);
+    if constexpr (detail::wraps<A>) {
+      using U = detail::wrap_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    } else {
+      return static_cast<A>(a + b);
+    }
   }
   template <class A>
   WEFT_HOST_DEVICE static constexpr A identity() noexcept {
@@ -30,12 +49,17 @@ struct sum {
   }
 };
 
-/// a * b; identity 1.
+/// a * b; identity 1. Integers wrap around on overflow (defined: see the header's first lines).
 struct prod {
   static constexpr std::string_view name = "prod";
   template <class A>
   WEFT_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
-    return static_cast<A>(a * b);
+    if constexpr (detail::wraps<A>) {
+      using U = detail::wrap_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    } else {
+      return static_cast<A>(a * b);
+    }
   }
   template <class A>
   WEFT_HOST_DEVICE static constexpr A identity() noexcept {
@@ -76,12 +100,27 @@ struct max {
   }
 };
 
-/// Sum, then divided by the number of contributions in finalize (integer division for integers).
+/// Sum (wrapping for integers), then divided by the number of contributions (> 0) in finalize
+/// (integer division, rounding toward zero, for integers: the wrapped sum divided).
 struct avg : sum {
   static constexpr std::string_view name = "avg";
   template <class A>
   WEFT_HOST_DEVICE constexpr A finalize(A total, std::size_t contributions) const noexcept {
-    return static_cast<A>(total / static_cast<A>(contributions));
+    if constexpr (detail::wraps<A>) {
+      // In 64 unsigned bits: contributions may not fit A (200 ranks of i8) and must not wrap to a
+      // negative divisor; |total| is exact there even for the most negative value.
+      const auto n = static_cast<std::uint64_t>(contributions);
+      if constexpr (std::is_signed_v<A>) {
+        const bool negative = total < 0;
+        const auto magnitude = negative ? 0 - static_cast<std::uint64_t>(total) : static_cast<std::uint64_t>(total);
+        const std::uint64_t q = magnitude / n;
+        return static_cast<A>(negative ? 0 - q : q);
+      } else {
+        return static_cast<A>(static_cast<std::uint64_t>(total) / n);
+      }
+    } else {
+      return static_cast<A>(total / static_cast<A>(contributions));
+    }
   }
 };
 

@@ -1,6 +1,8 @@
 // Churn: members join and leave (gracefully or by crashing) at random while the group steps;
 // after every round all live members hold the same state hash, and no step hangs.
 // WEFT_CHURN_STEPS sets the length (200 in the soak build, small by default).
+#include "../job_secret.hpp"
+
 #include <weft/comm/elastic.hpp>
 
 #include <catch2/catch.hpp>

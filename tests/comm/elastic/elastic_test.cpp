@@ -1,3 +1,4 @@
+#include "../job_secret.hpp"
 #include "in_process_member.hpp"
 
 #include <weft/comm/elastic.hpp>

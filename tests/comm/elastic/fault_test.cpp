@@ -96,7 +96,7 @@ TEST_CASE("a killed rank (reset): every survivor fails fast, names rank 2, gets 
   for (auto algo : {wc::algorithm::ring, wc::algorithm::tree, wc::algorithm::halving_doubling}) {
     INFO("algorithm " << wc::to_string(algo));
     auto plan = std::make_shared<wf::fault_plan>();
-    plan->kill(2, 1, wf::kill_mode::reset);
+    plan->kill(2, 3, wf::kill_mode::reset);  // after its 2 agreement sends and the algorithm's first
     auto out = run_plan(4, 4000, plan, 20s, algo);
     for (int r = 0; r < 4; ++r) {
       const auto& o = out[static_cast<std::size_t>(r)];

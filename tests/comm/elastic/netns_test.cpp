@@ -2,6 +2,8 @@
 // the coordinator and one member in namespace A, another member in namespace B, so the members
 // talk through a real (virtual) link instead of loopback. Skipped, with a message, when this
 // process may not create namespaces (needs CAP_NET_ADMIN / CAP_SYS_ADMIN).
+#include "../job_secret.hpp"
+
 #include <weft/comm/elastic.hpp>
 
 #include <catch2/catch.hpp>

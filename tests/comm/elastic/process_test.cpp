@@ -1,5 +1,7 @@
 // Multi-process tests of elastic groups over tcp on loopback (weft's own mesh transport, see
 // docs/comm-elastic.md): real kill -9 and SIGSTOP of a member process.
+#include "../job_secret.hpp"
+
 #include <weft/comm/elastic.hpp>
 
 #include <catch2/catch.hpp>

@@ -10,6 +10,7 @@
 #include <weft/comm/compress/concepts.hpp>
 #include <weft/comm/compress/error_feedback.hpp>
 #include <weft/comm/concepts.hpp>
+#include <weft/comm/detail/agreement.hpp>
 #include <weft/comm/detail/context.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
@@ -141,24 +142,38 @@ constexpr strategy resolve(strategy how) noexcept {
 /// Sums (op::sum) or averages (op::avg) `data` over all ranks through compressor `comp`, in place.
 /// Every rank ends with bit-identical data (native: as the wrapped algorithm guarantees; ring and
 /// allgather: every rank decodes the same bytes / sums the same decodings in rank order). Every
-/// rank must pass the same count, compressor (type and parameters) and options; disagreement is
-/// errc::mismatch (the check word includes the compressor's name). On failure the error names rank,
+/// rank must pass the same count, compressor (type and parameters) and options; the ranks agree on
+/// the call first (its count, strategy, operator and compressor name, encoded size), and a
+/// disagreement is errc::mismatch on every rank, before data moves. On failure the error names rank,
 /// peer, strategy and phase, and `data` is unspecified (wrap it in fault::restoring to get it back).
 /// Blocking; thread-safe as far as the transport and compressor are. Cost: see strategy.
-/// Throws errc::invalid_argument for strategy::native with a non-summable compressor, a zero
-/// timeout, or a feedback residual of another length.
+/// Throws errc::invalid_argument (errc::mismatch on the other ranks) for strategy::native with a
+/// non-summable compressor, a zero timeout, or a feedback residual of another length.
 template <transport Tr, compressor C, class Op = op::sum>
 requires(std::is_same_v<Op, op::sum> ||
          std::is_same_v<Op, op::avg>) void compressed_allreduce(Tr& t, std::span<float> data, C& comp, Op op = {},
                                                                 const compress_options& opt = {}) {
   constexpr const char* where = "weft::comm::compress::compressed_allreduce";
-  expects(opt.base.timeout.count() > 0, errc::invalid_argument, where, "timeout must be positive, got ",
-          opt.base.timeout.count(), " ms");
   const strategy how = resolve<C>(opt.how);
-  if (opt.feedback)
-    expects(opt.feedback->size() == data.size(), errc::invalid_argument, where, "error feedback residual has ",
-            opt.feedback->size(), " elements but the tensor has ", data.size());
   constexpr bool average = std::is_same_v<Op, op::avg>;
+  const std::string op_name = std::string(Op::name) + "/" + std::string(comp.name());
+  // Every rank agrees on the call first (count, strategy, operator and compressor, its encoded
+  // size), so a rank with bad arguments or another compressor fails every rank at once.
+  comm::detail::proposal call(where, opt.base);
+  call.desc = comm::detail::describe_call(collective::allreduce, dtype::f32, data.size(), op_name,
+                                          static_cast<int>(t.size()), comp.encoded_bytes(data.size()), -1,
+                                          how == strategy::ring        ? algorithm::ring
+                                          : how == strategy::allgather ? algorithm::star
+                                                                       : algorithm::automatic);
+  call.require([&] {
+    if (opt.feedback)
+      expects(opt.feedback->size() == data.size(), errc::invalid_argument, where, "error feedback residual has ",
+              opt.feedback->size(), " elements but the tensor has ", data.size());
+    if constexpr (!summable_compressor<C>)
+      expects(how != strategy::native, errc::invalid_argument, where,
+              "strategy native needs a summable compressor (fp16, bf16); ", comp.name(), " is not");
+  });
+  comm::detail::agree(t, call);
   if (how == strategy::native) {
     if constexpr (summable_compressor<C>) {
       using W = typename C::wire_type;
@@ -172,17 +187,13 @@ requires(std::is_same_v<Op, op::sum> ||
       }
       allreduce(t, std::span<W>(wire), op, opt.base);
       for (std::size_t i = 0; i < data.size(); ++i) data[i] = comp.from_wire(wire[i]);
-      return;
-    } else {
-      weft::detail::raise(errc::invalid_argument, where, "strategy native needs a summable compressor (fp16, bf16); ",
-                          comp.name(), " is not");
     }
+    return;
   }
-  const std::string op_name = std::string(Op::name) + "/" + std::string(comp.name());
   const msg_tag tag{opt.base.channel, make_check(collective::allreduce, dtype::u8,
                                                  how == strategy::ring ? algorithm::ring : algorithm::star, data.size(),
                                                  op_name, comp.encoded_bytes(data.size()))};
-  const deadline until = clock_type::now() + opt.base.timeout;
+  const deadline until = call.until();
   if (opt.feedback) opt.feedback->compensate(data);
   if (how == strategy::ring) {
     if (opt.feedback) {  // the loss of compressing this rank's contribution on its own

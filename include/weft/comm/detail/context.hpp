@@ -51,6 +51,30 @@ inline comm_error make_comm_error(const error& e, const char* name, int rank, in
   return comm_error(code, name, std::move(info));
 }
 
+/// Rank r of transport t as the whole group numbers it: through every view (group_view's parent()
+/// and parent_rank()) down to the transport that is no view, so an error's rank numbers always
+/// mean the same processes, however deep inside a composite algorithm it happened. -1 stays -1.
+template <class Tr>
+int global_rank(const Tr& t, int r) {
+  if constexpr (requires {
+                  t.parent();
+                  t.parent_rank(r);
+                }) {
+    if (r < 0 || r >= static_cast<int>(t.size())) return r;
+    return global_rank(t.parent(), t.parent_rank(r));
+  } else {
+    return r;
+  }
+}
+/// The size of the whole group t is a view of (t's own size when it is no view).
+template <class Tr>
+int global_size(const Tr& t) {
+  if constexpr (requires { t.parent(); })
+    return global_size(t.parent());
+  else
+    return static_cast<int>(t.size());
+}
+
 template <transport Tr>
 class call_context {
  public:
@@ -60,7 +84,9 @@ class call_context {
         tag_(tag),
         until_(until),
         rank_(static_cast<int>(t.rank())),
-        size_(static_cast<int>(t.size())) {}
+        size_(static_cast<int>(t.size())),
+        global_rank_(global_rank(t, rank_)),
+        global_size_(global_size(t)) {}
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
@@ -104,9 +130,9 @@ class call_context {
   /// Raises (and aborts the group with) an error found by the algorithm itself.
   [[noreturn]] void fail(errc code, const std::string& what) {
     failure_info info;
-    info.rank = rank_;
-    info.size = size_;
-    info.origin = rank_;
+    info.rank = global_rank_;
+    info.size = global_size_;
+    info.origin = global_rank_;
     info.collective = name_;
     info.channel = tag_.channel;
     info.check = tag_.check;
@@ -124,7 +150,8 @@ class call_context {
     try {
       fn();
     } catch (const error& e) {
-      comm_error err = make_comm_error(e, name_, rank_, size_, phase_, step_, peer, tag_, blame_peer);
+      comm_error err =
+          make_comm_error(e, name_, global_rank_, global_size_, phase_, step_, global_rank(t_, peer), tag_, blame_peer);
       abort_group(err);
       throw err;
     }
@@ -145,6 +172,8 @@ class call_context {
   deadline until_;
   int rank_;
   int size_;
+  int global_rank_;  // rank_ and size_ as errors report them (global_rank)
+  int global_size_;
   const char* phase_ = "start";
   int step_ = -1;
 };

@@ -11,8 +11,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -88,6 +90,49 @@ class job_secret {
  private:
   std::string key_;
 };
+
+/// A fresh job secret: 32 bytes from OpenSSL's CSPRNG as 64 lowercase hex characters (what the
+/// launchers give the ranks they start). Thread-safe. O(1).
+inline std::string make_job_secret() {
+  std::array<std::byte, 32> raw{};
+  crypto::random_bytes(raw);
+  std::string hex(64, '0');
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    const auto b = static_cast<unsigned>(raw[i]);
+    hex[2 * i] = "0123456789abcdef"[b >> 4];
+    hex[2 * i + 1] = "0123456789abcdef"[b & 0xfu];
+  }
+  return hex;
+}
+
+/// Whether the user opted in to a job that forms without a job secret: the component's option, or
+/// WEFT_ALLOW_UNAUTHENTICATED=1 (read strictly: 0 or 1; anything else is errc::parse).
+inline bool unauthenticated_allowed(bool option, const char* where) {
+  if (option) return true;
+  const auto env = env_integer("WEFT_ALLOW_UNAUTHENTICATED", 0, 1, where);
+  return env.has_value() && *env == 1;
+}
+
+/// Secure by default: a job with no secret forms only when the user opted in explicitly (`allowed`),
+/// and then it says once per process, on stderr, what that exposes. Otherwise it throws
+/// errc::invalid_argument naming the fixes, before anything listens. `who` names the component,
+/// `exposed` what a stranger could reach, `option` the component's opt-in field.
+inline void require_secret_or_opt_in(const job_secret& secret, bool allowed, const char* who,
+                                     const std::string& exposed, const char* option) {
+  if (!secret.empty()) return;
+  expects(allowed, errc::invalid_argument, who, "no job secret: without one, any process that can connect to ", exposed,
+          " could join this job and read or change its data. Set WEFT_JOB_SECRET (16 to 1024 bytes, the same in "
+          "every process; fork_ranks and spawn_ranks generate one for the ranks they start) or the secret option, "
+          "or opt in to an unauthenticated job with ",
+          option, " = true or WEFT_ALLOW_UNAUTHENTICATED=1");
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr,
+                 "%s: no job secret, and the unauthenticated job was allowed explicitly: any process that can connect "
+                 "to %s while the job forms can join it and read or change its data\n",
+                 who, exposed.c_str());
+  });
+}
 
 /// Bytes of a hello before its two strings; of a proof; most bytes of a refusal's reason.
 inline constexpr std::size_t hello_fixed_bytes = 80;

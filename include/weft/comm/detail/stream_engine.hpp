@@ -1,5 +1,6 @@
-// Internal: message matching and progress over byte streams (shm rings, TCP connections), and the
-// data-frame layer of weft::comm's wire protocol (wire.hpp; docs/comm.md "Wire format"). Each
+// Internal: message matching and progress over byte streams (shm rings, TCP connections) on the
+// data-frame layer of weft::comm's wire protocol (wire.hpp; docs/comm.md "Wire format"; what the
+// bytes mean is frame_codec.hpp, whom a failure blames is blame.hpp). Each
 // message travels as framed pieces (one per connection when striped); a receiver's posted buffer
 // is filled in place, frames nobody waits for yet are kept aside (bounded), and any thread blocked
 // in the engine drains every incoming stream, so two ranks sending to each other never deadlock.
@@ -12,7 +13,9 @@
 #include <weft/comm/comm_error.hpp>
 #include <weft/comm/concepts.hpp>
 #include <weft/comm/descriptor.hpp>
+#include <weft/comm/detail/blame.hpp>
 #include <weft/comm/detail/context.hpp>
+#include <weft/comm/detail/frame_codec.hpp>
 #include <weft/comm/detail/link.hpp>
 #include <weft/comm/detail/wire.hpp>
 #include <weft/comm/options.hpp>
@@ -347,11 +350,7 @@ class stream_engine {
     std::uint32_t channel = 0, sequence = 0;
     std::string detail, field, here, there;
   };
-  struct rank_status {
-    bool reported = false;
-    int waiting_on = -1, blamed = -1;
-    errc code = errc::aborted;
-  };
+  using rank_status = rank_report;  // blame.hpp
 
   fault mismatch_fault(int peer, std::uint32_t channel, std::uint32_t seq, const descriptor_difference& d) const {
     fault f;
@@ -536,18 +535,6 @@ class stream_engine {
     rx.cur = nullptr;
   }
 
-  static void encode_header(std::byte* p, frame_kind kind, std::uint8_t flags, std::uint32_t channel, std::uint32_t seq,
-                            std::uint32_t check, std::uint64_t total, std::uint64_t piece) noexcept {
-    put_le<std::uint16_t>(p, frame_marker);
-    p[2] = static_cast<std::byte>(kind);
-    p[3] = static_cast<std::byte>(flags);
-    put_le<std::uint32_t>(p + 4, channel);
-    put_le<std::uint32_t>(p + 8, seq);
-    put_le<std::uint32_t>(p + 12, check);
-    put_le<std::uint64_t>(p + 16, total);
-    put_le<std::uint64_t>(p + 24, piece);
-  }
-
   static fault protocol_fault(int peer, errc code, std::string what) {
     fault f;
     f.code = code;
@@ -576,53 +563,21 @@ class stream_engine {
     }
   }
 
-  // Decodes and bounds the fixed header in rx.hdr; sets rx.need to header + extensions.
+  // Decodes and bounds the fixed header in rx.hdr (frame_codec.hpp); sets rx.need to header +
+  // extensions.
   std::optional<fault> parse_header(rx_state& rx, int peer) {
-    const std::byte* p = rx.hdr.data();
-    const auto marker = get_le<std::uint16_t>(p);
-    if (marker != frame_marker)
-      return protocol_fault(peer, errc::parse,
-                            concat("frame marker 0x", std::hex, marker, " is not 0x", frame_marker,
-                                   " (the stream is out of step, or the peer speaks another protocol)"));
-    rx.kind = static_cast<frame_kind>(p[2]);
-    rx.flags = static_cast<std::uint8_t>(p[3]);
-    rx.channel = get_le<std::uint32_t>(p + 4);
-    rx.seq = get_le<std::uint32_t>(p + 8);
-    rx.check = get_le<std::uint32_t>(p + 12);
-    rx.total = get_le<std::uint64_t>(p + 16);
-    rx.piece = get_le<std::uint64_t>(p + 24);
-    if (rx.kind != frame_kind::data && rx.kind != frame_kind::abort)
-      return protocol_fault(peer, errc::parse, concat("unknown frame kind ", static_cast<unsigned>(p[2])));
-    if ((rx.flags & ~frame_flags_known) != 0)
-      return protocol_fault(peer, errc::parse, concat("unknown frame flags 0x", std::hex, unsigned{rx.flags}));
-    if (rx.piece > rx.total)
-      return protocol_fault(peer, errc::parse, concat("piece of ", rx.piece, " bytes in a message of ", rx.total));
-    if (rx.kind == frame_kind::abort) {
-      if (rx.flags != 0 || rx.piece != rx.total || rx.total < abort_fixed_bytes ||
-          rx.total > cfg_.limits.max_abort_bytes)
-        return protocol_fault(
-            peer, errc::parse,
-            concat("abort frame of ", rx.total, " bytes (piece ", rx.piece, ", flags ", unsigned{rx.flags},
-                   "); it must be one piece of ", abort_fixed_bytes, " to ", cfg_.limits.max_abort_bytes, " bytes"));
-    } else {
-      if (rx.total > cfg_.limits.max_message_bytes)
-        return protocol_fault(
-            peer, errc::capacity,
-            concat("message of ", rx.total, " bytes exceeds max_message_bytes ", cfg_.limits.max_message_bytes));
-      if ((rx.flags & frame_flag_remote) && link_.remote_min() == SIZE_MAX)
-        return protocol_fault(peer, errc::parse, "a single-copy piece on a link that has none");
-      if (rx.flags & frame_flag_inline) {
-        if (cfg_.eager_max == 0) return protocol_fault(peer, errc::parse, "an eager frame on a link that has none");
-        if (rx.piece != rx.total || rx.piece > cfg_.eager_max || (rx.flags & frame_flag_remote))
-          return protocol_fault(peer, errc::parse,
-                                concat("eager frame claims ", rx.piece, " inline bytes of a ", rx.total,
-                                       "-byte message", (rx.flags & frame_flag_remote) ? " read by single copy" : "",
-                                       "; an eager frame carries a whole message of at most eager_max ", cfg_.eager_max,
-                                       " bytes in the stream"));
-      }
-    }
-    rx.need = frame_header_bytes + ((rx.flags & frame_flag_descriptor) ? descriptor_wire_bytes : 0) +
-              ((rx.flags & frame_flag_remote) ? frame_remote_bytes : 0);
+    const frame_rules rules{cfg_.limits.max_message_bytes, cfg_.limits.max_abort_bytes, link_.remote_min() != SIZE_MAX,
+                            cfg_.eager_max};
+    frame_header h;
+    if (auto bad = check_frame_header(rx.hdr.data(), rules, h)) return protocol_fault(peer, bad->code, bad->what);
+    rx.kind = h.kind;
+    rx.flags = h.flags;
+    rx.channel = h.channel;
+    rx.seq = h.seq;
+    rx.check = h.check;
+    rx.total = h.total;
+    rx.piece = h.piece;
+    rx.need = frame_prefix_bytes(rx.flags);
     rx.parsed = true;
     return std::nullopt;
   }
@@ -734,52 +689,28 @@ class stream_engine {
     if (rx.spare.size() < 4 && kept <= (std::size_t{64} << 20)) rx.spare.push_back(std::move(b));
   }
 
-  // Parses an abort body: records the sender's status, and the failure if it is the first. rx.m held.
+  // Parses an abort body (frame_codec.hpp): records the sender's status, and the failure if it is
+  // the first. rx.m held.
   std::optional<fault> take_abort(rx_state& rx, int peer) {
-    const std::byte* p = rx.abort_body.data();
-    const std::size_t n = rx.abort_body.size();
-    const auto origin = get_le<std::uint32_t>(p);
-    const auto blamed = get_le<std::int32_t>(p + 4);
-    const auto waiting_on = get_le<std::int32_t>(p + 8);
-    const auto code = get_le<std::uint32_t>(p + 12);
-    const auto channel = get_le<std::uint32_t>(p + 16);
-    const auto first = get_le<std::uint32_t>(p + 20);
-    if (origin != static_cast<std::uint32_t>(peer) || blamed < -1 || blamed >= size_ || waiting_on < -1 ||
-        waiting_on >= size_ || code < 1 || code > static_cast<std::uint32_t>(errc::aborted) ||
-        first >= static_cast<std::uint32_t>(size_))
-      return protocol_fault(peer, errc::parse,
-                            concat("abort frame with origin ", origin, ", blamed ", blamed, ", waiting_on ", waiting_on,
-                                   ", code ", code));
-    std::array<std::string, 4> s;
-    std::size_t at = abort_fixed_bytes;
-    for (auto& str : s) {
-      if (at + 2 > n) return protocol_fault(peer, errc::parse, "abort frame ends inside a string length");
-      const std::size_t len = get_le<std::uint16_t>(p + at);
-      at += 2;
-      if (len > abort_max_string_bytes || at + len > n)
-        return protocol_fault(peer, errc::parse, concat("abort frame string of ", len, " bytes runs past its end"));
-      str.assign(reinterpret_cast<const char*>(p + at), len);
-      for (char& c : str)
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n') c = '?';
-      at += len;
-    }
+    detail::abort_body a;
+    if (auto bad = decode_abort_body(rx.abort_body, peer, size_, a)) return protocol_fault(peer, bad->code, bad->what);
     {
       std::lock_guard lock(fail_mutex_);
       auto& st = status_[static_cast<std::size_t>(peer)];
       st.reported = true;
-      st.waiting_on = waiting_on;
-      st.blamed = blamed;
-      st.code = static_cast<errc>(code);
+      st.waiting_on = a.waiting_on;
+      st.blamed = a.blamed;
+      st.code = a.code;
     }
     fault f;
     f.code = errc::aborted;
-    f.origin = static_cast<int>(first);
-    f.blamed = blamed;
-    f.channel = channel;
-    f.detail = s[0];
-    f.field = s[1];
-    f.here = s[2];
-    f.there = s[3];
+    f.origin = a.first;
+    f.blamed = a.blamed;
+    f.channel = a.channel;
+    f.detail = std::move(a.reason);
+    f.field = std::move(a.field);
+    f.here = std::move(a.here);
+    f.there = std::move(a.there);
     record_failure(f);
     link_.poke();  // a thread of ours may sleep on another stream
     return std::nullopt;
@@ -1015,24 +946,20 @@ class stream_engine {
       me.blamed = g.blamed;
       me.code = g.code;
     }
-    std::vector<std::byte> body(abort_fixed_bytes);
-    put_le<std::uint32_t>(body.data(), static_cast<std::uint32_t>(rank_));
-    put_le<std::int32_t>(body.data() + 4, g.blamed);
-    put_le<std::int32_t>(body.data() + 8, waiting_on);
-    put_le<std::uint32_t>(body.data() + 12, static_cast<std::uint32_t>(g.code));
-    put_le<std::uint32_t>(body.data() + 16, g.channel);
-    put_le<std::uint32_t>(body.data() + 20, static_cast<std::uint32_t>(g.origin));
-    const std::string& reason = g.detail;
-    const std::array<const std::string*, 4> strings{&reason, &g.field, &g.here, &g.there};
-    for (const std::string* s : strings) {
-      const std::size_t len = std::min(s->size(), abort_max_string_bytes);
-      const std::size_t at = body.size();
-      body.resize(at + 2 + len);
-      put_le<std::uint16_t>(body.data() + at, static_cast<std::uint16_t>(len));
-      std::memcpy(body.data() + at + 2, s->data(), len);
-    }
+    detail::abort_body a;
+    a.origin = rank_;
+    a.blamed = g.blamed;
+    a.waiting_on = waiting_on;
+    a.code = g.code;
+    a.channel = g.channel;
+    a.first = g.origin;
+    a.reason = g.detail;
+    a.field = g.field;
+    a.here = g.here;
+    a.there = g.there;
+    const std::vector<std::byte> body = encode_abort_body(a);
     std::array<std::byte, frame_header_bytes> h{};
-    encode_header(h.data(), frame_kind::abort, 0, g.channel, 0, 0, body.size(), body.size());
+    encode_frame_header(h.data(), frame_kind::abort, 0, g.channel, 0, 0, body.size(), body.size());
     const deadline until = clock_type::now() + std::chrono::milliseconds(200);
     for (int q = 0; q < size_; ++q) {
       if (q == rank_) continue;
@@ -1077,31 +1004,6 @@ class stream_engine {
     if (first) link_.on_abort(why);
   }
 
-  // Follows "waiting on" from this rank through the reports until it reaches a rank that did not
-  // report (stalled, or outside the engine), one that named a culprit, or one not blocked on
-  // anyone. Returns nothing while the answer may still change. fail_mutex_ held.
-  std::optional<int> follow_waits(int waiting_on, bool final) const {
-    if (waiting_on < 0) return -1;
-    std::vector<bool> seen(static_cast<std::size_t>(size_), false);
-    seen[static_cast<std::size_t>(rank_)] = true;
-    int cur = waiting_on;
-    for (;;) {
-      if (seen[static_cast<std::size_t>(cur)]) return -1;  // a cycle of live ranks: the schedules disagree
-      seen[static_cast<std::size_t>(cur)] = true;
-      const auto& st = status_[static_cast<std::size_t>(cur)];
-      if (!st.reported) {
-        if (final) return cur;
-        // Final as soon as every other rank has reported: cur is the only one silent.
-        for (int q = 0; q < size_; ++q)
-          if (q != cur && !status_[static_cast<std::size_t>(q)].reported) return std::nullopt;
-        return cur;
-      }
-      if (st.blamed >= 0) return st.blamed;
-      if (st.waiting_on < 0) return cur;  // it was not waiting on anyone: it was late
-      cur = st.waiting_on;
-    }
-  }
-
   // Turns the group's failure into this thread's comm_error: sends this rank's status, resolves
   // whom to blame when the failure does not say, shuts the link, throws. Called with no locks held.
   [[noreturn]] void raise_group(const char* op, int dst, int src, msg_tag tag, int waiting_on) {
@@ -1118,7 +1020,7 @@ class stream_engine {
         std::optional<int> who;
         {
           std::lock_guard lock(fail_mutex_);
-          who = follow_waits(waiting_on, clock_type::now() >= limit);
+          who = follow_waits(std::span<const rank_report>(status_), rank_, waiting_on, clock_type::now() >= limit);
         }
         if (who) {
           blamed = *who;
@@ -1334,7 +1236,8 @@ class stream_engine {
                               static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(po.data)));
         at += frame_remote_bytes;
       }
-      encode_header(po.hdr.data(), frame_kind::data, flags, x.tag.channel, x.sseq, x.tag.check, x.out.size(), po.len);
+      encode_frame_header(po.hdr.data(), frame_kind::data, flags, x.tag.channel, x.sseq, x.tag.check, x.out.size(),
+                          po.len);
       po.hdr_len = at;
       po.pad = frame_pad(at + (po.remote ? 0 : po.len), cfg_.frame_align);
       x.tx_locks[i] = std::unique_lock<spin_lock>(tx_[index(x.dst, po.conn)]->m, std::defer_lock);

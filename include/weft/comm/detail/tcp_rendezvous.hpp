@@ -44,6 +44,7 @@ struct tcp_mesh_request {
   int recv_buffer = 0;
   std::chrono::milliseconds connect_timeout{30'000};
   std::string secret;  // "" = WEFT_JOB_SECRET when set, else none
+  bool allow_unauthenticated = false;
   wire_limits limits;
 };
 
@@ -128,17 +129,6 @@ inline std::string rendezvous_admission(const peer_identity& p, int size, int co
   return {};
 }
 
-/// Says once per process, on stderr, what a job without a secret exposes.
-inline void announce_unauthenticated(const char* who, const std::string& exposed) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    std::fprintf(stderr,
-                 "%s: no job secret (set WEFT_JOB_SECRET or the secret option): any process that can connect to "
-                 "%s while the job forms can join it as a rank and read or change its data\n",
-                 who, exposed.c_str());
-  });
-}
-
 /// The sockets of one rank's full mesh: K connected, tuned, non-blocking sockets to every other
 /// rank. The constructor blocks until the whole mesh is up (or the connect timeout). Not copyable
 /// or movable. Not thread-safe. Construction: O(size · K) connections and handshakes.
@@ -170,14 +160,16 @@ class tcp_mesh {
     if (directory_.empty()) store = resolve_ipv4(req.rendezvous_host, where);
     const bool single_host = !directory_.empty() || is_loopback(store);
     if (req.bind.empty() && single_host) bind_ip_ = *parse_ipv4("127.0.0.1");
+    // Secure by default: without a secret the job forms only when the user opted in (before
+    // anything listens, so a stranger finds no port to connect to).
+    require_secret_or_opt_in(secret_, unauthenticated_allowed(req.allow_unauthenticated, where), where,
+                             single_host ? std::string("this host's loopback interface")
+                                         : "rank 0's rendezvous port and every rank's data port on " +
+                                               (bind_ip_.s_addr == htonl(INADDR_ANY) ? std::string("every interface")
+                                                                                     : ipv4_string(bind_ip_)),
+                             "tcp_options::allow_unauthenticated");
     listener_ = listen_tcp(bind_ip_, 0, where);
     port_ = local_port(listener_.get());
-    if (secret_.empty())
-      announce_unauthenticated("weft::comm::tcp_transport",
-                               single_host ? std::string("this host's loopback interface")
-                                           : "rank 0's rendezvous port and every rank's data port on " +
-                                                 (bind_ip_.s_addr == htonl(INADDR_ANY) ? std::string("every interface")
-                                                                                       : ipv4_string(bind_ip_)));
 
     // 2. Rendezvous: learn every rank's data address and instance.
     table_.resize(static_cast<std::size_t>(size_));

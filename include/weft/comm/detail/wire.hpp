@@ -18,7 +18,7 @@ namespace weft::comm::detail {
 inline constexpr std::uint32_t wire_magic = 0x77656674u;
 /// Bumped whenever a handshake or frame layout changes; peers of different versions refuse each
 /// other with a clear error instead of misreading bytes.
-inline constexpr std::uint16_t wire_version = 4;
+inline constexpr std::uint16_t wire_version = 5;
 
 /// Bounds on what a peer may make this process do. A violation closes that connection (or fails
 /// that operation) with weft::error and leaves every other connection and all state intact.
@@ -51,7 +51,7 @@ struct wire_limits {
 // ---- The data-frame layer (stream_engine.hpp; docs/comm.md, "Wire format") ----------------------
 // Every message travels as one frame per piece (one piece per connection when striped). All
 // integers are little-endian. A frame is a 32-byte header, then the extensions its flags name (in
-// this order: a 48-byte collective descriptor, an 8-byte single-copy address), then `piece`
+// this order: a 56-byte collective descriptor, an 8-byte single-copy address), then `piece`
 // payload bytes (none when the payload is read by the receiver from the sender's memory).
 //   off size field
 //   0   2    marker   frame_marker ("wf"), checked on every frame: a desynchronised stream fails
@@ -79,7 +79,7 @@ enum class frame_kind : std::uint8_t {
 };
 
 /// Bits of the flags byte.
-inline constexpr std::uint8_t frame_flag_descriptor = 1;  ///< a 48-byte collective descriptor follows
+inline constexpr std::uint8_t frame_flag_descriptor = 1;  ///< a 56-byte collective descriptor follows
 inline constexpr std::uint8_t frame_flag_remote = 2;      ///< an 8-byte sender address follows (shm)
 inline constexpr std::uint8_t frame_flag_inline = 4;      ///< eager: the whole message, published at once (shm)
 inline constexpr std::uint8_t frame_flags_known = frame_flag_descriptor | frame_flag_remote | frame_flag_inline;

@@ -44,8 +44,12 @@ struct coordinator_options {
   /// [0, n) (e.g. plan_ring over measured bandwidths). Empty: admission order.
   std::function<std::vector<int>(const std::vector<std::string>&)> ring_planner;
   /// The job secret every member must prove it holds (16 to 1024 bytes); "" reads
-  /// WEFT_JOB_SECRET, and without either anyone who can connect may join (a warning says so).
+  /// WEFT_JOB_SECRET. Without either the coordinator refuses to start (errc::invalid_argument)
+  /// unless allow_unauthenticated.
   std::string secret;
+  /// Opt in to a group without a secret (or set WEFT_ALLOW_UNAUTHENTICATED=1): anyone who can
+  /// connect may join it. Said once on stderr when used.
+  bool allow_unauthenticated = false;
   /// A new connection must finish its handshake and say HELLO within this, or it is dropped.
   std::chrono::milliseconds handshake_timeout{2'000};
   /// Once some member is ready at a step boundary, how long the others have to get there; a
@@ -88,6 +92,11 @@ class coordinator {
     limits_.handshake_timeout = opt_.handshake_timeout;
     const auto addr = comm::detail::parse_ipv4(opt_.host);
     expects(addr.has_value(), errc::invalid_argument, where, "host '", opt_.host, "' is not a numeric IPv4 address");
+    comm::detail::require_secret_or_opt_in(
+        secret_, comm::detail::unauthenticated_allowed(opt_.allow_unauthenticated, where), where,
+        weft::detail::concat(opt_.host, ":", opt_.port == 0 ? std::string("<port>") : std::to_string(opt_.port),
+                             opt_.spec.empty() ? " (and with no spec it may decide the state spec)" : ""),
+        "coordinator_options::allow_unauthenticated");
     boost::system::error_code ec;
     const tcp::endpoint ep(boost::asio::ip::make_address_v4(opt_.host, ec), static_cast<unsigned short>(opt_.port));
     acceptor_.open(ep.protocol(), ec);
@@ -97,17 +106,6 @@ class coordinator {
     expects(!ec, errc::io, where, "cannot listen on ", opt_.host, ":", opt_.port, ": ", ec.message());
     port_ = acceptor_.local_endpoint(ec).port();
     spec_ = opt_.spec;
-    if (secret_.empty()) {
-      static std::once_flag once;
-      std::call_once(once, [&] {
-        std::fprintf(stderr,
-                     "weft::comm::elastic::coordinator: no job secret (set WEFT_JOB_SECRET or the secret option): any "
-                     "process that can connect to %s:%d can join the group, learn its members' addresses and "
-                     "take part in its collectives%s\n",
-                     opt_.host.c_str(), port_,
-                     opt_.spec.empty() ? ", and with no spec it may decide the state spec" : "");
-      });
-    }
   }
   coordinator(const coordinator&) = delete;
   coordinator& operator=(const coordinator&) = delete;

@@ -42,8 +42,12 @@ struct group_options {
   std::chrono::milliseconds collective_timeout{5'000};  ///< each collective and each state transfer
   bool accept_joins = true;  ///< this member's vote on admitting joiners at the next boundary
   /// The job secret (16 to 1024 bytes) shared with the coordinator and every member; "" reads
-  /// WEFT_JOB_SECRET, and without either nothing is authenticated (a warning says so).
+  /// WEFT_JOB_SECRET. Without either the member refuses to join (errc::invalid_argument) unless
+  /// allow_unauthenticated.
   std::string secret;
+  /// Opt in to a group without a secret (or set WEFT_ALLOW_UNAUTHENTICATED=1): the coordinator and
+  /// the members are not authenticated. Said once on stderr when used.
+  bool allow_unauthenticated = false;
   /// A handshake (with the coordinator or a member) must finish within this, or it is retried
   /// (members) or fails (the coordinator).
   std::chrono::milliseconds handshake_timeout{2'000};
@@ -86,15 +90,10 @@ class elastic_group {
     secret_ = comm::detail::job_secret::resolve(opt_.secret, where);
     limits_.handshake_timeout = opt_.handshake_timeout;
     instance_ = crypto::random_u64() | 1;
-    if (secret_.empty()) {
-      static std::once_flag once;
-      std::call_once(once, [] {
-        std::fprintf(stderr,
-                     "weft::comm::elastic::elastic_group: no job secret (set WEFT_JOB_SECRET or the secret option): "
-                     "the coordinator and the members are not authenticated, and any process that can reach them "
-                     "may join the group and take part in its collectives\n");
-      });
-    }
+    comm::detail::require_secret_or_opt_in(
+        secret_, comm::detail::unauthenticated_allowed(opt_.allow_unauthenticated, where), where,
+        weft::detail::concat("this member's port on ", opt_.host, " and the coordinator"),
+        "group_options::allow_unauthenticated");
     listen_fd_ = detail::listen_on(opt_.host, opt_.port, where);
     try {
       const auto until = clock_type::now() + opt_.connect_timeout;

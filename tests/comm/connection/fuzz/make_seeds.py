@@ -4,7 +4,7 @@ are those of docs/comm.md ("Wire format: handshake and authentication") and docs
 import os
 import struct
 
-MAGIC, VERSION = 0x77656674, 4  # detail/wire.hpp wire_magic, wire_version
+MAGIC, VERSION = 0x77656674, 5  # detail/wire.hpp wire_magic, wire_version
 RENDEZVOUS, TCP_MESH, COORDINATOR, ELASTIC_MESH = 1, 2, 3, 4
 
 
