@@ -11,7 +11,8 @@
 //   run b.copies in order                        swap-outs, swap-ins, host-tier prefix hits, copy-on-write
 //   forward(b.entries)                           ids: kv.tokens(id) for prefill, entry.token for a decode;
 //                                                K/V written to and read from kv.blocks(id)'s slots
-//   sched.complete(finished, sampled)            feeds the sampled tokens back; computed KV gets published
+//   sched.complete(finished, decoded)            feeds the sampled {id, token} back; computed KV gets published
+//   sched.cancel(id)                             between iterations, for a client that went away
 //
 // It also runs layered prefill (weft::sched::layered_prefill_scheduler; Lee et al., arXiv 2510.08055,
 // 2025): an entry whose `layers` is a group [a, b) of the model's layers runs only those layers, starting
@@ -351,15 +352,17 @@ struct tenant_stats {
 };
 
 struct serve_result {
-  std::map<request_id, std::vector<token_id>> outputs;  // every finished request's generated tokens
+  std::map<request_id, std::vector<token_id>> outputs;  // every finished (or cancelled) request's generated tokens
   std::map<request_id, request_spec> specs;             // what each request (turn, fork) asked for
   std::map<tenant_id, tenant_stats> tenants;
-  std::uint64_t iterations = 0, computed_tokens = 0, forks = 0, copies_on_write = 0, swap_ins = 0;
+  std::uint64_t iterations = 0, computed_tokens = 0, forks = 0, copies_on_write = 0, swap_ins = 0, cancelled = 0;
   double forward_seconds = 0.0;
 };
 
 // A request as the workload describes it: who, when, what; `samples` parallel samples share its
-// prompt (forks); `turns` follow-up turns each extend the conversation by its answer and `follow_up`.
+// prompt (forks); `turns` follow-up turns each extend the conversation by its answer and `follow_up`;
+// a client that goes away at iteration `cancel_at` (>= 0) cancels it wherever it is then (waiting,
+// prefilling, swapped out or decoding), keeping the tokens it had.
 struct workload_request {
   request_id id;
   tenant_id tenant;
@@ -369,6 +372,7 @@ struct workload_request {
   int samples = 1;
   int turns = 1;
   std::vector<token_id> follow_up;
+  double cancel_at = -1.0;
 };
 
 // The engine: runs one scheduled batch through the model over the paged KV tensor.
@@ -376,6 +380,9 @@ template <class Sched>
 class engine {
  public:
   engine(const model& m, Sched& s, kv_tensor& kv, faults f = {}) : m_(m), s_(s), kv_(kv), f_(f) {}
+
+  // A cancelled request: the hidden states a layered prefill left for its next group go.
+  void forget(request_id id) { held_.erase(id); }
 
   // Runs b's copies (in order), then its forward pass; fills sampled (one token per entry; -1 where
   // nothing is emitted) and, for entries that emit, their top tokens (parallel samples need them).
@@ -506,8 +513,9 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
   serve_result res;
   engine<Sched> eng(m, s, kv, f);
   std::sort(work.begin(), work.end(), [](const auto& a, const auto& b) { return a.arrival < b.arrival; });
-  // Every request's prompt and media stay alive to the end: the scheduler holds spans of them (a
-  // fork's child shares its parent's), so nothing is erased while it runs.
+  // The scheduler copies a request's prompt ids and media at submit, so the workload entry a request
+  // is submitted from may go at once (a follow-up turn's is erased right after); `live` keeps what the
+  // engine itself needs: the prompt for the next turn, the tokens so far.
   struct live {
     workload_request w;
     std::vector<token_id> prompt;
@@ -526,23 +534,35 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
   for (const auto& w : work) top_k = std::max(top_k, w.samples);
   auto submit = [&](const workload_request& w, std::uint64_t it) {
     live l{w, w.spec.prompt, {}, w.samples > 1, false};
-    auto [pos, inserted] = active.emplace(w.id, std::move(l));
+    active.emplace(w.id, std::move(l));
     weft::sched::request r;
     r.id = w.id;
     r.client = w.tenant;
-    r.prompt = pos->second.prompt;
+    r.prompt = w.spec.prompt;
     r.prompt_tokens = static_cast<std::int64_t>(r.prompt.size());
     r.max_output_tokens = w.spec.max_new;
     r.arrival_s = static_cast<double>(it);
     r.cache_salt = w.cache_salt;
     r.adapter_id = w.spec.adapter;
-    r.media = pos->second.w.spec.media;
+    r.media = w.spec.media;
     res.specs[w.id] = w.spec;
     ++res.tenants[w.tenant].requests;
     if (!s.submit(r, static_cast<double>(it)))
       throw std::runtime_error("mini_engine: a request can never fit the cache");
   };
+  std::vector<weft::sched::decoded_token> decoded;
   for (std::uint64_t it = 0; it < max_iterations; ++it) {
+    // Clients that go away now: their requests end wherever they are; the tokens so far are kept.
+    for (auto& [id, l] : active) {
+      if (l.done || l.w.cancel_at < 0 || l.w.cancel_at > static_cast<double>(it)) continue;
+      if constexpr (requires(Sched & x, request_id a) { x.cancel(a); }) {
+        if (!s.cancel(id)) throw std::runtime_error("mini_engine: cancel() did not find a live request");
+        eng.forget(id);
+        l.done = true;
+        res.outputs[id] = l.out;
+        ++res.cancelled;
+      }
+    }
     while (next < work.size() && work[next].arrival <= static_cast<double>(it)) submit(work[next++], it);
     for (std::size_t i = 0; i < later.size();) {
       if (later[i].arrival <= static_cast<double>(it)) {
@@ -566,19 +586,21 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
     eng.run(b, res.specs, sampled, top, top_k, res);
     res.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     finished.clear();
+    decoded.clear();
     std::vector<std::pair<request_id, std::vector<token_id>>> forks;
     for (std::size_t e = 0; e < b.entries.size(); ++e) {
       const auto& en = b.entries[e];
       if (!en.emits_token) continue;
       live& l = active.at(en.id);
       l.out.push_back(sampled[e]);
+      decoded.push_back({en.id, sampled[e]});
       ++res.tenants[l.w.tenant].tokens;
       if (static_cast<int>(l.out.size()) == l.w.spec.max_new)
         finished.push_back(en.id);
       else if (l.fork_pending)
         forks.emplace_back(en.id, top[e]);
     }
-    s.complete(finished, sampled);
+    s.complete(finished, decoded);
     // Parallel samples: after the prompt's first token, each sample continues from the next-best one.
     for (auto& [parent, best] : forks) {
       live& p = active.at(parent);
@@ -594,6 +616,7 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
         c.w.id = child;
         c.w.samples = 1;
         c.w.turns = 1;
+        c.w.cancel_at = -1.0;  // a cancelled parent's samples go on
         c.out = {best[static_cast<std::size_t>(k)]};
         c.w.spec.first_rank = k;
         res.specs[child] = c.w.spec;

@@ -164,7 +164,7 @@ class hooked_scheduler {
   explicit hooked_scheduler(std::unique_ptr<inner_t> inner) : inner_(std::move(inner)) {}
   bool submit(const request& r, double now) { return inner_->submit(r, now); }
   const batch& schedule(double now) { return inner_->schedule(now); }
-  void complete(std::span<const request_id> f, std::span<const token_id> d) { inner_->complete(f, d); }
+  void complete(std::span<const request_id> f, std::span<const decoded_token> d) { inner_->complete(f, d); }
   void complete(std::span<const request_id> f) { inner_->complete(f); }
   std::size_t waiting() const { return inner_->waiting(); }
   std::size_t running() const { return inner_->running(); }

@@ -300,3 +300,45 @@ TEST_CASE("broken variants make the equality check fail", "[sched][engine][fault
     CHECK(run(m, w, so, kv_config_of(40, 60, 4), f).mismatches > 0);
   }
 }
+
+TEST_CASE("the mini engine with clients that go away mid-flight equals the dense model", "[sched][engine][cancel]") {
+  // A fifth of the requests are cancelled a few iterations after they arrive: some still waiting, some
+  // mid-prefill (chunked or between layer groups), some swapped out or preempted, some decoding. What
+  // each produced before it went must equal the dense run's first tokens; everything else is unchanged,
+  // and at the end the cache holds nothing.
+  model_config c = small_model();
+  c.layers = 4;
+  const model m(c);
+  std::uint64_t cancelled = 0, preempted = 0;
+  for (std::uint64_t seed = 21; seed <= 23; ++seed) {
+    auto w = random_workload(seed, 28, m.vocab());
+    weft::rng g(seed);
+    for (auto& r : w)
+      if (g.below(5) == 0) r.cancel_at = r.arrival + static_cast<double>(g.below(8));
+    const wk::kv_config kc = kv_config_of(40, 10, 4);
+    for (const auto mode : {ws::preemption_mode::swap, ws::preemption_mode::recompute}) {
+      CAPTURE(seed, static_cast<int>(mode));
+      ws::scheduler_options so = ws::chunked_prefill(24, 8);
+      so.preemption = mode;
+      ws::iteration_scheduler<ws::vtc_queue> s(so, ws::vtc_queue{}, wk::kv_manager<>(kc));
+      kv_tensor kv(m, kc.num_blocks, kc.host_blocks, kc.block_size);
+      const serve_result served = serve(m, s, kv, w);
+      std::size_t checked = 0;
+      CHECK(count_mismatches(m, served, &checked) == 0);
+      CHECK(checked >= w.size());
+      CHECK(s.kv().free_blocks() == s.kv().usable_blocks());
+      CHECK(s.stats().cancelled == served.cancelled);
+      cancelled += served.cancelled;
+      preempted += s.stats().preempted_recompute + s.stats().preempted_swap;
+    }
+    ws::layered_prefill_scheduler<ws::vtc_queue> s(ws::layered_prefill(4, 2, 64, 8), ws::vtc_queue{},
+                                                   wk::kv_manager<>(kv_config_of(40, 0, 4)));
+    kv_tensor kv(m, 41, 0, 4);
+    const serve_result served = serve(m, s, kv, w);
+    CHECK(count_mismatches(m, served) == 0);
+    CHECK(s.kv().free_blocks() == s.kv().usable_blocks());
+    cancelled += served.cancelled;
+  }
+  CHECK(cancelled > 10);
+  CHECK(preempted > 0);
+}

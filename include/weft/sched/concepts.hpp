@@ -124,10 +124,10 @@ concept victim_policy = requires(const V& v, std::span<const victim_candidate> c
 /// S decides each iteration's batch. submit() hands it a request (false: it can never run, e.g.
 /// its prompt exceeds the whole KV cache); schedule(now) returns the next batch; complete(finished,
 /// decoded) tells it the batch ran, which requests ended (EOS or length cap) and, for requests with
-/// token ids, the token each entry sampled.
+/// token ids, the token each emitting entry sampled, as {request id, token}.
 template <class S>
 concept batch_scheduler = requires(S& s, const S& cs, const request& r, double now,
-                                   std::span<const request_id> finished, std::span<const token_id> decoded) {
+                                   std::span<const request_id> finished, std::span<const decoded_token> decoded) {
   { s.submit(r, now) } -> std::same_as<bool>;
   { s.schedule(now) } -> std::same_as<const batch&>;
   s.complete(finished, decoded);

@@ -30,7 +30,6 @@
 #include <optional>
 #include <span>
 #include <tuple>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -41,10 +40,11 @@ namespace weft::sched {
 /// then queued requests are admitted (the Queue decides the order among clients) while the batch, the
 /// token budget and KV allow. When KV cannot grow, a victim (Victim policy) is preempted.
 ///
-/// The engine loop: submit() requests (with their prompt token ids, or only lengths in simulation);
-/// each iteration b = schedule(now); run b.copies in order, then the forward pass of b.entries (prefill
-/// ids are kv().tokens(id), a decode step's input is entry.token; K and V go to the slots of
-/// kv().blocks(id)); then complete(finished, decoded) with the token each emitting entry sampled.
+/// The engine loop: submit() requests (with their prompt token ids, which the scheduler copies; or,
+/// in simulation, counted_by_length); each iteration b = schedule(now); run b.copies in order, then the
+/// forward pass of b.entries (prefill ids are kv().tokens(id), a decode step's input is entry.token; K
+/// and V go to the slots of kv().blocks(id)); then complete(finished, decoded) with the {id, token}
+/// each emitting entry sampled; cancel(id) between iterations for a client that went away.
 /// complete() reports the computed KV to the KV manager, which only then lets other requests hit those
 /// blocks. examples/mini_engine is this loop on a real model.
 ///
@@ -91,12 +91,12 @@ class iteration_scheduler {
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::iteration_scheduler::submit";
     validate(r, where);
-    detail::check_new_request(ids_, r, where, "waiting, running or swapped out");
+    detail::check_new_request(held_, r, where, "waiting, running or swapped out");
     if (!detail::fits_device_cache(r, kv_, where)) {
       ++stats_.rejected;
       return false;
     }
-    detail::enqueue_new(ids_, queue_, r, now);
+    detail::enqueue_new(held_, queue_, r, now);
     return true;
   }
 
@@ -127,7 +127,7 @@ class iteration_scheduler {
       throw;
     }
     kv_.commit_transaction();
-    for (request_id id : batch_.aborted) ids_.erase(id);
+    for (request_id id : batch_.aborted) held_.release(id);
     compact();
     return batch_;
   }
@@ -136,12 +136,15 @@ class iteration_scheduler {
   /// emitting entry's sampled token back and ends the finished requests.
   ///
   /// finished: requests that ended (EOS or a length cap); each must be an entry of the last batch that
-  /// emitted a token, listed once. decoded: empty, or one token id per entry of the last batch in
-  /// entry order (values of entries that do not emit are ignored); it is required when an emitting
-  /// entry's request carries prompt token ids, and a request that ends here needs none. Calling it
-  /// with nothing in flight and empty arguments does nothing. Throws weft::error naming the request
-  /// and the rule, changing nothing, for any other input. O(E + F * E).
-  void complete(std::span<const request_id> finished, std::span<const token_id> decoded = {}) {
+  /// emitted a token, listed once. decoded: the token each emitting entry sampled, as {request id,
+  /// token}, in any order — matched by id, so a list in another order than the entries cannot feed one
+  /// request another's token; at most one per request, and only for emitting entries of the last
+  /// batch. A token is required for every emitting entry whose request carries prompt token ids and
+  /// does not end here (a request counted by length, or one that ends, needs none). Calling it with
+  /// nothing in flight and empty arguments does nothing. Throws weft::error naming the request and the
+  /// rule, changing nothing, for any other input. O(E + F * E) with the tokens in entry order, else
+  /// O(E + F * E + (D + E) log D) (D decoded tokens).
+  void complete(std::span<const request_id> finished, std::span<const decoded_token> decoded = {}) {
     constexpr const char* where = "weft::sched::iteration_scheduler::complete";
     const std::size_t n = batch_.entries.size();
     if (n == 0) {
@@ -152,7 +155,7 @@ class iteration_scheduler {
     }
     // Every finished id is checked before anything changes.
     const std::size_t found =
-        detail::check_completion(batch_, finished, decoded, is_done_, where, " (a partial prefill)",
+        detail::check_completion(batch_, finished, decoded, is_done_, token_at_, sorted_, where, " (a partial prefill)",
                                  [&](std::size_t k) { return !running_[entry_slot_[k]].req.prompt.empty(); });
     done_entries_.clear();
     for (std::size_t k = 0; k < n && done_entries_.size() < found; ++k)
@@ -205,14 +208,14 @@ class iteration_scheduler {
       if (e.emits_token) {
         ++s.generated;
         queue_.on_tokens(s.req, 1);
-        if (!decoded.empty()) s.pending = decoded[k];
+        if (token_at_[k] != detail::no_token) s.pending = decoded[token_at_[k]].token;
         s.pending_in_kv = false;
       }
     }
     for (std::size_t k : done_entries_) {
       slot& s = running_[entry_slot_[k]];
       queue_.on_finish(s.req, s.generated);
-      ids_.erase(s.req.id);
+      held_.release(s.req.id);
       s.alive = false;
       ++dead_;
     }
@@ -228,20 +231,23 @@ class iteration_scheduler {
   /// parent that has emitted at least one token. Returns false, changing nothing, when the batch is
   /// full (max_running) or the KV manager refuses (tenant quota). Throws weft::error, changing nothing,
   /// for an unknown or not-yet-decoding parent, a child id already used, or a batch in flight. The
-  /// child is charged to the parent's client for its output only, and shares the parent's prompt and
-  /// media spans: keep them alive until the child leaves too. O(R + parent's blocks and tokens).
+  /// child is charged to the parent's client for its output only, and shares the scheduler's copy of
+  /// the parent's prompt ids and media. O(R + parent's blocks and tokens).
   bool fork(request_id parent, request_id child, token_id first_token) {
     return fork_impl(parent, child, &first_token);
   }
   /// fork() for a parent counted by length (no token ids).
   bool fork(request_id parent, request_id child) { return fork_impl(parent, child, nullptr); }
 
-  /// A running request handed over to another instance (Llumnix migration).
+  /// A running request handed over to another instance (Llumnix migration). It owns what it carries:
+  /// req.prompt and req.media are cleared (they viewed this scheduler's copies, gone with it); the
+  /// prompt ids are the first req.prompt_tokens of `tokens`, the media are in `media`.
   struct migrated {
     request req;
     std::int64_t generated = 0;       ///< output tokens produced here
     std::int64_t context_tokens = 0;  ///< tokens whose KV moves with it
     std::vector<token_id> tokens;     ///< its prompt and generated token ids (empty when counted by length)
+    std::vector<weft::kv::multimodal_item> media;  ///< its multimodal items (as req.media was)
   };
 
   /// Removes one decoding request — the latest arrival that is not the head — releasing its KV, for
@@ -260,7 +266,9 @@ class iteration_scheduler {
     }
     if (pick == running_.size()) return std::nullopt;
     slot& v = running_[pick];
-    migrated m{v.req, v.generated, v.done, {}};
+    migrated m{v.req, v.generated, v.done, {}, {v.req.media.begin(), v.req.media.end()}};
+    m.req.prompt = {};
+    m.req.media = {};
     if (with_tokens(v)) all_ids(v, m.tokens);
     slot before = v;  // sync() changes the slot: restored if the KV manager fails
     kv_.begin_transaction();
@@ -274,13 +282,66 @@ class iteration_scheduler {
     }
     kv_.commit_transaction();
     queue_.on_finish(v.req, v.generated);
-    ids_.erase(v.req.id);
+    held_.release(v.req.id);
     running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(pick));
     ++running_version_;
     return m;
   }
 
-  std::size_t waiting() const noexcept { return queue_.size() + front_.size() + requeued_.size() + swapped_.size(); }
+  /// Ends request `id` wherever it is (a client that went away): waiting in the Queue or a line,
+  /// preempted, swapped out, or running — mid-prefill or decoding, a fork's parent or child. A running
+  /// request's computed blocks are published (they stay cached for others) and its KV freed; a
+  /// swapped-out one's host blocks are freed; the Queue hears on_finish for a request it had handed
+  /// out. Returns false, changing nothing, when `id` is not here (finished, aborted, migrated, never
+  /// submitted, or cancelled already). Call it between complete() and schedule(): throws weft::error
+  /// (precondition) while a batch is in flight, and on a KV failure throws leaving everything as it was.
+  /// Its id may be submitted again at once, unless it was still inside the Queue: that copy is dropped
+  /// when the Queue hands it out, and the id is free from then. O(R + W lines + KV free).
+  bool cancel(request_id id) {
+    expects(batch_.entries.empty(), errc::precondition, "weft::sched::iteration_scheduler::cancel",
+            "a batch is in flight; call complete() first and cancel between iterations");
+    if (!held_.contains(id) || held_.cancelled(id)) return false;
+    const auto is = [&](const slot& s) { return s.req.id == id; };
+    if (const auto it = std::find_if(running_.begin(), running_.end(), is); it != running_.end()) {
+      slot before = *it;  // sync() changes the slot: restored if the KV manager fails
+      kv_.begin_transaction();
+      try {
+        if (with_tokens(*it)) sync(*it);  // its computed blocks stay cached for prompts that share them
+        kv_.free(id);
+      } catch (...) {
+        kv_.rollback_transaction();
+        *it = std::move(before);
+        throw;
+      }
+      kv_.commit_transaction();
+      queue_.on_finish(it->req, it->generated);
+      running_.erase(it);
+      ++running_version_;
+    } else if (const auto sw = std::find_if(swapped_.begin(), swapped_.end(), is); sw != swapped_.end()) {
+      detail::in_transaction(
+          kv_, [&] { kv_.free(id); }, [] {});  // its host blocks
+      queue_.on_finish(sw->req, sw->generated);
+      swapped_.erase(sw);
+    } else if (const auto rq = std::find_if(requeued_.begin(), requeued_.end(), is); rq != requeued_.end()) {
+      queue_.on_finish(rq->req, rq->generated);  // its KV went at its preemption
+      requeued_.erase(rq);
+    } else if (const auto f = std::find_if(front_.begin(), front_.end(), [&](const request& q) { return q.id == id; });
+               f != front_.end()) {
+      queue_.on_finish(*f, 0);  // charged when a failed schedule() took it
+      front_.erase(f);
+    } else {
+      held_.mark_cancelled(id);  // inside the Queue, which cannot remove it: dropped when it comes out
+      ++stats_.cancelled;
+      return true;
+    }
+    held_.release(id);
+    ++stats_.cancelled;
+    return true;
+  }
+
+  std::size_t waiting() const noexcept {
+    return queue_.size() - held_.cancelled_in_queue() + front_.size() + requeued_.size() + swapped_.size();
+  }
   std::size_t running() const noexcept { return running_.size(); }
   bool idle() const noexcept { return running_.empty() && waiting() == 0; }
   const scheduler_stats& stats() const noexcept { return stats_; }
@@ -636,7 +697,7 @@ class iteration_scheduler {
       if (opt_.inter_tenant_preemption) {
         // Do not bring back a request that a waiting higher-priority one would evict again at once
         // (that would thrash: FastSwitch's point is to switch contexts rarely and cheaply).
-        const request* head = queue_.peek(now);
+        const request* head = detail::peek_live(queue_, held_, now);
         if (head != nullptr && head->priority > s.req.priority) break;
       }
       auto plan = kv_.swap_in(s.req.id);
@@ -674,7 +735,7 @@ class iteration_scheduler {
         from = source::front;
         next = &front_.front();
       } else {
-        next = queue_.peek(now);
+        next = detail::peek_live(queue_, held_, now);
       }
       if (next == nullptr) return;
       slot s;
@@ -703,7 +764,7 @@ class iteration_scheduler {
       }
       if (!alloc) return;
       const auto cached = static_cast<std::int64_t>(alloc->cached_tokens);
-      stats_.cached_prompt_tokens += static_cast<std::uint64_t>(cached);
+      detail::count_admission(stats_, s.req, from == source::requeued, cached);
       if (s.done < s.target) s.done = std::max(s.done, std::min(cached, s.target - 1));
       if (alloc->host_to_device.blocks > 0)
         batch_.copies.push_back({kv_copy::kind::prefix_in, s.req.id, std::move(alloc->host_to_device), {}});
@@ -730,7 +791,6 @@ class iteration_scheduler {
         undo_.push(undo_kind::queue_popped, 0).saved->req = popped;
         queue_.on_admit(s.req);
       }
-      if (from != source::requeued) ++stats_.admitted;
       undo_.push(undo_kind::running_pushed, 0);
       running_.push_back(std::move(s));
       ++running_version_;
@@ -861,7 +921,7 @@ class iteration_scheduler {
     expects(it != running_.end(), errc::not_found, where, "request ", parent,
             " is not running (waiting, swapped out, finished or unknown)");
     expects(child.valid(), errc::invalid_argument, where, "child id is invalid()");
-    expects(!ids_.contains(child), errc::already_exists, where, "request ", child,
+    expects(!held_.contains(child), errc::already_exists, where, "request ", child,
             " is already in this scheduler; request ids must be unique");
     expects(in_decode(*it) && it->generated >= 1 && !it->pending_in_kv, errc::precondition, where, "request ", parent,
             it->generated == 0 ? " has not produced its first token yet" : " is not right after a step that emitted",
@@ -880,7 +940,7 @@ class iteration_scheduler {
     c.tokens.clear();
     slot parent_before = running_[p];
     detail::reserve_more(running_, 1);
-    ids_.insert(child);
+    held_.share(parent, c.req);  // the child views the parent's prompt copy
     kv_.begin_transaction();
     bool ok = false;
     try {
@@ -889,13 +949,13 @@ class iteration_scheduler {
     } catch (...) {
       kv_.rollback_transaction();
       running_[p] = std::move(parent_before);
-      ids_.erase(child);
+      held_.release(child);
       throw;
     }
     if (!ok) {
       kv_.rollback_transaction();
       running_[p] = std::move(parent_before);
-      ids_.erase(child);
+      held_.release(child);
       return false;
     }
     kv_.commit_transaction();
@@ -925,16 +985,18 @@ class iteration_scheduler {
   // Invariants: running_ holds admitted requests in admission order (dead ones only inside schedule);
   // requeued_ and swapped_ are sorted by descending rank (best at the back); front_ holds requests a
   // failed schedule() took from the queue, oldest first; entry_slot_[k] is the running_ index of
-  // batch_.entries[k]; ids_ holds the id of every request waiting, running or swapped out here.
+  // batch_.entries[k]; held_ holds every request waiting, running or swapped out here.
   std::vector<slot> running_;
   std::vector<slot> requeued_;
   std::vector<slot> swapped_;
   std::vector<request> front_;
-  std::unordered_set<request_id> ids_;
+  detail::request_store held_;  // every request here, with its prompt ids and media (copied at submit)
   std::vector<std::size_t> entry_slot_;
   std::vector<std::size_t> remap_;
   std::vector<std::size_t> done_entries_;
   std::vector<char> is_done_;
+  std::vector<std::size_t> token_at_;  // complete(): entry k's index in decoded (detail::no_token: none)
+  std::vector<std::pair<request_id, std::size_t>> sorted_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
   detail::undo_log<undo_entry> undo_;

@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -142,12 +141,12 @@ class layered_prefill_scheduler {
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::layered_prefill_scheduler::submit";
     validate(r, where);
-    detail::check_new_request(ids_, r, where, "waiting or running");
+    detail::check_new_request(held_, r, where, "waiting or running");
     if (!detail::fits_device_cache(r, kv_, where)) {
       ++stats_.rejected;
       return false;
     }
-    detail::enqueue_new(ids_, queue_, r, now);
+    detail::enqueue_new(held_, queue_, r, now);
     return true;
   }
 
@@ -180,28 +179,29 @@ class layered_prefill_scheduler {
           std::swap(batch_, previous_);
           entry_slot_.clear();
         });
-    for (const request_id id : batch_.aborted) ids_.erase(id);
+    for (const request_id id : batch_.aborted) held_.release(id);
     return batch_;
   }
 
   /// The last batch ran: decodes and finished prefills advance, each emitting entry's sampled token is
   /// kept as its request's next input, a prefill entry short of the last layer moves its request to its
   /// next group, the computed KV is reported to the KV manager and `finished` end. finished: requests
-  /// that ended, each an entry of the last batch that emitted a token, listed once. decoded: empty, or
-  /// one token id per entry in entry order (required when an emitting entry's request carries token ids
-  /// and does not end here). Throws weft::error naming the request and the rule, changing nothing, for
-  /// any other input. O(E + F * E + R log R).
-  void complete(std::span<const request_id> finished, std::span<const token_id> decoded = {}) {
+  /// that ended, each an entry of the last batch that emitted a token, listed once. decoded: the token
+  /// each emitting entry sampled, as {request id, token}, in any order (required for a request with
+  /// token ids that does not end here). Throws weft::error naming the request and the rule, changing
+  /// nothing, for any other input. O(E + F * E + D log D + R log R) (D decoded tokens).
+  void complete(std::span<const request_id> finished, std::span<const decoded_token> decoded = {}) {
     constexpr const char* where = "weft::sched::layered_prefill_scheduler::complete";
     const std::size_t n = batch_.entries.size();
     if (detail::nothing_in_flight(n, finished, decoded, where)) return;
-    detail::check_completion(batch_, finished, decoded, is_done_, where, " (a layer group short of the last layer)",
+    detail::check_completion(batch_, finished, decoded, is_done_, token_at_, sorted_, where,
+                             " (a layer group short of the last layer)",
                              [&](std::size_t k) { return running_[entry_slot_[k]].with_ids; });
     // The KV manager first, in one transaction: computed KV (only once every layer has it), then frees.
     detail::report_and_free(kv_, batch_, entry_slot_, running_, is_done_,
                             [](const batch_entry& e) { return e.layers.reaches_output(); });
     // Then the scheduler's own state; nothing below throws.
-    detail::apply_completion(batch_, entry_slot_, running_, dead_, is_done_, decoded, queue_, ids_,
+    detail::apply_completion(batch_, entry_slot_, running_, dead_, is_done_, decoded, token_at_, queue_, held_,
                              [](const batch_entry& e, slot& s) noexcept {
                                if (e.layers.reaches_output()) {
                                  s.done += e.prefill_tokens + e.decode_tokens;
@@ -212,7 +212,24 @@ class layered_prefill_scheduler {
                              });
   }
 
-  std::size_t waiting() const noexcept { return queue_.size() + front_.size() + requeued_.size(); }
+  /// Ends request `id` wherever it is (a client that went away): waiting in the Queue or a line,
+  /// preempted, or running — mid-prefill or decoding. A running request's computed blocks are published
+  /// (they stay cached for others) and its KV freed; the Queue hears on_finish for a request it had
+  /// handed out. Returns false, changing nothing, when `id` is not here (finished, aborted, migrated,
+  /// never submitted, or cancelled already). Call it between complete() and schedule(): throws
+  /// weft::error (precondition) while a batch is in flight, and on a KV failure throws leaving
+  /// everything as it was. An engine that holds a layered prefill's hidden states between groups drops them. Its id may
+  /// be submitted again at once, unless it was still inside the Queue: that copy is dropped when the Queue hands it
+  /// out, and the id is free from then. O(R + W lines + KV free).
+  bool cancel(request_id id) {
+    expects(batch_.entries.empty(), errc::precondition, "weft::sched::layered_prefill_scheduler::cancel",
+            "a batch is in flight; call complete() first and cancel between iterations");
+    return detail::cancel_request(id, running_, requeued_, front_, queue_, kv_, held_, stats_);
+  }
+
+  std::size_t waiting() const noexcept {
+    return queue_.size() - held_.cancelled_in_queue() + front_.size() + requeued_.size();
+  }
   std::size_t running() const noexcept { return running_.size() - dead_; }
   bool idle() const noexcept { return running() == 0 && waiting() == 0; }
   /// True while a prefill has run some but not all of its layer groups. O(R).
@@ -277,7 +294,7 @@ class layered_prefill_scheduler {
     const std::size_t first_new = running_.size();
     std::int64_t prompt_tokens = 0;
     while (running() < opt_.max_running) {
-      const auto [from, next] = detail::next_to_admit(requeued_, front_, queue_, now);
+      const auto [from, next] = detail::next_to_admit(requeued_, front_, queue_, held_, now);
       if (next == nullptr) break;
       slot s = from == detail::admit_source::requeued ? requeued_.front() : detail::fresh_slot<slot>(*next);
       if (from == detail::admit_source::requeued && running() == 0 &&
@@ -306,7 +323,7 @@ class layered_prefill_scheduler {
       if (!alloc) break;
       const auto hit = static_cast<std::int64_t>(alloc->cached_tokens);
       if (s.done < s.target) s.done = std::max(s.done, std::min(hit, s.target - 1));
-      stats_.cached_prompt_tokens += static_cast<std::uint64_t>(hit);
+      detail::count_admission(stats_, s.req, from == detail::admit_source::requeued, hit);
       if (alloc->host_to_device.blocks > 0)
         batch_.copies.push_back({kv_copy::kind::prefix_in, s.req.id, std::move(alloc->host_to_device), {}});
       const auto bs = static_cast<std::int64_t>(kv_.block_size());
@@ -323,11 +340,9 @@ class layered_prefill_scheduler {
       } else if (from == detail::admit_source::front) {
         push_undo(undo_kind::front_erased, 0, slot{}).saved->req = front_.front();
         front_.erase(front_.begin());
-        ++stats_.admitted;
       } else {
         const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
         push_undo(undo_kind::queue_popped, 0, slot{}).saved->req = popped;
-        ++stats_.admitted;
         queue_.on_admit(s.req);
       }
       push_undo(undo_kind::running_inserted, running_.size());
@@ -419,14 +434,16 @@ class layered_prefill_scheduler {
   // admitted ones are appended and dead_ of them may be preempted); every running request with
   // group > 0 is a prefill in flight, and all of them started together (admission waits until none
   // is left); requeued_ is sorted oldest first; front_ holds requests a failed schedule() took from the
-  // queue, oldest first; entry_slot_[k] is the running_ index of batch_.entries[k]; ids_ holds the id
+  // queue, oldest first; entry_slot_[k] is the running_ index of batch_.entries[k]; held_ holds the id
   // of every request waiting or running here.
   std::vector<slot> running_;
   std::vector<slot> requeued_;
   std::vector<request> front_;
-  std::unordered_set<request_id> ids_;
+  detail::request_store held_;  // every request here, with its prompt ids and media (copied at submit)
   std::vector<std::size_t> entry_slot_;
   std::vector<char> is_done_;
+  std::vector<std::size_t> token_at_;
+  std::vector<std::pair<request_id, std::size_t>> sorted_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
   std::vector<std::pair<request, std::int64_t>> deferred_finish_;

@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -61,7 +60,7 @@ inline prefill_first_options vllm_baseline(std::size_t max_running = 256, std::i
 ///
 /// The engine loop is iteration_scheduler's: run batch::copies, then the forward pass of the entries
 /// (prefill ids are kv().tokens(id), a decode step's input is entry.token), then complete(finished,
-/// decoded) with the token each emitting entry sampled; complete() reports the computed KV, which is
+/// decoded) with the {id, token} each emitting entry sampled; complete() reports the computed KV, which is
 /// what publishes full blocks. Requests without token ids are counted by length (no prefix caching).
 ///
 /// Every public call either succeeds or throws weft::error leaving the scheduler and its KV manager as
@@ -97,13 +96,13 @@ class prefill_first_scheduler {
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::prefill_first_scheduler::submit";
     validate(r, where);
-    detail::check_new_request(ids_, r, where, "waiting or running");
+    detail::check_new_request(held_, r, where, "waiting or running");
     const bool fits = detail::fits_device_cache(r, kv_, where);  // checked first: it may throw
     if (r.prompt_tokens - r.kv_ready_tokens > opt_.max_batched_tokens || !fits) {
       ++stats_.rejected;
       return false;
     }
-    detail::enqueue_new(ids_, queue_, r, now);
+    detail::enqueue_new(held_, queue_, r, now);
     return true;
   }
 
@@ -139,31 +138,50 @@ class prefill_first_scheduler {
           std::swap(batch_, previous_);
           entry_slot_.clear();
         });
-    for (const request_id id : batch_.aborted) ids_.erase(id);
+    for (const request_id id : batch_.aborted) held_.release(id);
     return batch_;
   }
 
   /// The last batch ran: every entry advances, the computed KV is reported to the KV manager, each
   /// emitting entry's sampled token is kept as its request's next input, and `finished` end.
   /// finished: requests that ended (EOS or a length cap), each an entry of the last batch that emitted
-  /// a token, listed once. decoded: empty, or one token id per entry in entry order (required when an
-  /// emitting entry's request carries token ids and does not end here). Throws weft::error naming the
-  /// request and the rule, changing nothing, for any other input. O(E + F * E + R log R).
-  void complete(std::span<const request_id> finished, std::span<const token_id> decoded = {}) {
+  /// a token, listed once. decoded: the token each emitting entry sampled, as {request id, token},
+  /// in any order (required for a request with token ids that does not end here; a token for a request
+  /// that is not an emitting entry of the batch is an error). Throws weft::error naming the request and
+  /// the rule, changing nothing, for any other input. O(E + F * E + D log D) (D decoded tokens; O(E + F
+  /// * E) when they come in entry order), plus O(R log R) when the running order changed.
+  void complete(std::span<const request_id> finished, std::span<const decoded_token> decoded = {}) {
     constexpr const char* where = "weft::sched::prefill_first_scheduler::complete";
     const std::size_t n = batch_.entries.size();
     if (detail::nothing_in_flight(n, finished, decoded, where)) return;
-    detail::check_completion(batch_, finished, decoded, is_done_, where, "",
+    detail::check_completion(batch_, finished, decoded, is_done_, token_at_, sorted_, where, "",
                              [&](std::size_t k) { return running_[entry_slot_[k]].with_ids; });
     // The KV manager first, in one transaction: computed KV (what publishes blocks), then frees.
     detail::report_and_free(kv_, batch_, entry_slot_, running_, is_done_, [](const batch_entry&) { return true; });
     // Then the scheduler's own state; nothing below throws.
     detail::apply_completion(
-        batch_, entry_slot_, running_, dead_, is_done_, decoded, queue_, ids_,
+        batch_, entry_slot_, running_, dead_, is_done_, decoded, token_at_, queue_, held_,
         [](const batch_entry& e, slot& s) noexcept { s.done += e.prefill_tokens + e.decode_tokens; });
   }
 
-  std::size_t waiting() const noexcept { return queue_.size() + front_.size() + requeued_.size(); }
+  /// Ends request `id` wherever it is (a client that went away): waiting in the Queue or a line,
+  /// preempted, or running — mid-prefill or decoding. A running request's computed blocks are published
+  /// (they stay cached for others) and its KV freed; the Queue hears on_finish for a request it had
+  /// handed out. Returns false, changing nothing, when `id` is not here (finished, aborted, migrated,
+  /// never submitted, or cancelled already). Call it between complete() and schedule(): throws
+  /// weft::error (precondition) while a batch is in flight, and on a KV failure throws leaving
+  /// everything as it was. Its id may be submitted again at once, unless it was still inside the
+  /// Queue: that copy is dropped when the Queue hands it out, and the id is free from then. O(R + W
+  /// lines + KV free).
+  bool cancel(request_id id) {
+    expects(batch_.entries.empty(), errc::precondition, "weft::sched::prefill_first_scheduler::cancel",
+            "a batch is in flight; call complete() first and cancel between iterations");
+    return detail::cancel_request(id, running_, requeued_, front_, queue_, kv_, held_, stats_);
+  }
+
+  std::size_t waiting() const noexcept {
+    return queue_.size() - held_.cancelled_in_queue() + front_.size() + requeued_.size();
+  }
   std::size_t running() const noexcept { return live(); }
   bool idle() const noexcept { return live() == 0 && waiting() == 0; }
   /// Counters as iteration_scheduler's (no swaps: vLLM v0's default preemption is recompute).
@@ -206,7 +224,7 @@ class prefill_first_scheduler {
     const auto watermark = static_cast<std::size_t>(std::ceil(opt_.watermark * static_cast<double>(usable)));
     const auto bs = static_cast<std::int64_t>(kv_.block_size());
     while (live() < opt_.max_running) {
-      const auto [from, next] = detail::next_to_admit(requeued_, front_, queue_, now);
+      const auto [from, next] = detail::next_to_admit(requeued_, front_, queue_, held_, now);
       if (next == nullptr) return;
       slot s = from == detail::admit_source::requeued ? requeued_.front() : detail::fresh_slot<slot>(*next);
       if (from == detail::admit_source::requeued && live() == 0 && std::cmp_greater(blocks_for(s.target + 1), usable)) {
@@ -237,7 +255,7 @@ class prefill_first_scheduler {
       const auto hit = static_cast<std::int64_t>(alloc->cached_tokens);
       if (s.done < s.target) s.done = std::max(s.done, std::min(hit, s.target - 1));
       const std::int64_t prefill = s.target - s.done;
-      stats_.cached_prompt_tokens += static_cast<std::uint64_t>(hit);
+      detail::count_admission(stats_, s.req, from == detail::admit_source::requeued, hit);
       if (alloc->host_to_device.blocks > 0)
         batch_.copies.push_back({kv_copy::kind::prefix_in, s.req.id, std::move(alloc->host_to_device), {}});
       s.room = ids.empty() ? static_cast<std::int64_t>(alloc->slots + static_cast<std::size_t>(bs) - 1) / bs * bs : 0;
@@ -252,11 +270,9 @@ class prefill_first_scheduler {
       } else if (from == detail::admit_source::front) {
         push_undo(undo_kind::front_erased, 0, slot{}).saved->req = front_.front();
         front_.erase(front_.begin());
-        ++stats_.admitted;
       } else {
         const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
         push_undo(undo_kind::queue_popped, 0, slot{}).saved->req = popped;
-        ++stats_.admitted;
         queue_.on_admit(s.req);
       }
       // Before the first entry the running set is kept in arrival order (decode_all may follow in
@@ -326,15 +342,17 @@ class prefill_first_scheduler {
   // Invariants: running_ holds admitted requests in arrival order between calls (dead_ of them
   // preempted in the batch in flight); requeued_ is sorted oldest first; front_ holds requests a failed
   // schedule() took from the queue, oldest first; entry_slot_[k] is the running_ index of
-  // batch_.entries[k]; ids_ holds the id of every request waiting or running here. With ids, a running
+  // batch_.entries[k]; held_ holds the id of every request waiting or running here. With ids, a running
   // request's KV manager holds the ids of its `done` computed tokens (its pending token joins at the
   // decode step that reads it).
   std::vector<slot> running_;
   std::vector<slot> requeued_;
   std::vector<request> front_;
-  std::unordered_set<request_id> ids_;
+  detail::request_store held_;  // every request here, with its prompt ids and media (copied at submit)
   std::vector<std::size_t> entry_slot_;
   std::vector<char> is_done_;
+  std::vector<std::size_t> token_at_;
+  std::vector<std::pair<request_id, std::size_t>> sorted_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
   detail::recompute_undo_log<slot> undo_;

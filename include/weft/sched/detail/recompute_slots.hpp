@@ -9,6 +9,7 @@
 #include <weft/sched/batch.hpp>
 #include <weft/sched/detail/completion.hpp>
 #include <weft/sched/detail/reserve_more.hpp>
+#include <weft/sched/detail/submission.hpp>
 #include <weft/sched/detail/undo_log.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/scheduler_options.hpp>  // scheduler_stats
@@ -29,13 +30,53 @@ namespace weft::sched::detail {
 enum class admit_source : std::uint8_t { requeued, front, queue };
 
 /// The next request to admit and its line: preempted ones first, then those a failed call took from
-/// the Queue, then the Queue's choice at `now` (null request when every line is empty). O(Queue peek).
+/// the Queue, then the Queue's choice at `now` (requests cancelled inside the Queue are dropped on the
+/// way; null request when every line is empty). O(Queue peek).
 template <class Slot, class Queue>
 std::pair<admit_source, const request*> next_to_admit(const std::vector<Slot>& requeued,
-                                                      const std::vector<request>& front, Queue& queue, double now) {
+                                                      const std::vector<request>& front, Queue& queue,
+                                                      request_store& held, double now) {
   if (!requeued.empty()) return {admit_source::requeued, &requeued.front().req};
   if (!front.empty()) return {admit_source::front, &front.front()};
-  return {admit_source::queue, queue.peek(now)};
+  return {admit_source::queue, peek_live(queue, held, now)};
+}
+
+/// cancel(id) of a scheduler whose running requests are Slots (members req, done, generated, with_ids,
+/// alive): a running request publishes its computed KV and frees it (one KV transaction: on a throw
+/// nothing changed), a preempted one or one a failed schedule() took from the Queue leaves its line,
+/// and each of them ends for the Queue (on_finish); a request still inside the Queue is marked, and
+/// dropped when the Queue hands it out (never charged). False, changing nothing, when id is not here.
+/// Call it with no batch in flight. O(R + W_lines + KV free).
+template <class Slot, class Queue, class KV>
+bool cancel_request(request_id id, std::vector<Slot>& running, std::vector<Slot>& requeued, std::vector<request>& front,
+                    Queue& queue, KV& kv, request_store& held, scheduler_stats& stats) {
+  if (!held.contains(id) || held.cancelled(id)) return false;
+  const auto is = [&](const Slot& s) { return s.alive && s.req.id == id; };
+  if (const auto it = std::find_if(running.begin(), running.end(), is); it != running.end()) {
+    in_transaction(
+        kv,
+        [&] {
+          if (it->with_ids) kv.computed(id, static_cast<std::size_t>(it->done));  // its blocks stay cached
+          kv.free(id);
+        },
+        [] {});
+    queue.on_finish(it->req, it->generated);
+    running.erase(it);
+  } else if (const auto r = std::find_if(requeued.begin(), requeued.end(), is); r != requeued.end()) {
+    queue.on_finish(r->req, r->generated);  // its KV went at its preemption
+    requeued.erase(r);
+  } else if (const auto f = std::find_if(front.begin(), front.end(), [&](const request& q) { return q.id == id; });
+             f != front.end()) {
+    queue.on_finish(*f, 0);  // charged when a failed schedule() took it
+    front.erase(f);
+  } else {
+    held.mark_cancelled(id);  // inside the Queue
+    ++stats.cancelled;
+    return true;
+  }
+  held.release(id);
+  ++stats.cancelled;
+  return true;
 }
 
 /// Arrival order (ties by id): the order of the running set and of the preempted line. O(1).
@@ -220,14 +261,15 @@ void preempt_by_recompute(std::vector<Slot>& running, std::size_t j, std::size_t
 }
 
 /// complete()'s change to the scheduler's own state, once the KV manager has heard (nothing here
-/// throws but the Queue's hooks, which must not): for every entry k of b, advance(entry, slot) moves its request on; an
-/// emitting entry counts its token (Queue::on_tokens) and keeps decoded[k] as the next input; a finished one
-/// (is_done[k]) ends (Queue::on_finish, id forgotten). Then the batch is emptied, dead slots removed and arrival order
-/// restored. O(E + R log R) when the order changed, else O(E + R).
-template <class Slot, class Queue, class Ids, class Advance>
+/// throws but the Queue's hooks, which must not): for every entry k of b, advance(entry, slot) moves its
+/// request on; an emitting entry counts its token (Queue::on_tokens) and keeps its decoded token
+/// (decoded[token_at[k]], when given) as the next input; a finished one (is_done[k]) ends
+/// (Queue::on_finish, id and prompt copy released). Then the batch is emptied, dead slots removed and
+/// arrival order restored. O(E + R log R) when the order changed, else O(E + R).
+template <class Slot, class Queue, class Store, class Advance>
 void apply_completion(batch& b, std::vector<std::size_t>& entry_slot, std::vector<Slot>& running, std::size_t& dead,
-                      const std::vector<char>& is_done, std::span<const token_id> decoded, Queue& queue, Ids& ids,
-                      Advance&& advance) {
+                      const std::vector<char>& is_done, std::span<const decoded_token> decoded,
+                      const std::vector<std::size_t>& token_at, Queue& queue, Store& held, Advance&& advance) {
   for (std::size_t k = 0; k < b.entries.size(); ++k) {
     const batch_entry& e = b.entries[k];
     Slot& s = running[entry_slot[k]];
@@ -235,11 +277,11 @@ void apply_completion(batch& b, std::vector<std::size_t>& entry_slot, std::vecto
     if (e.emits_token) {
       ++s.generated;
       queue.on_tokens(s.req, 1);
-      if (!decoded.empty()) s.pending = decoded[k];
+      if (token_at[k] != no_token) s.pending = decoded[token_at[k]].token;
     }
     if (is_done[k]) {
       queue.on_finish(s.req, s.generated);
-      ids.erase(s.req.id);
+      held.release(s.req.id);
       s.alive = false;
       ++dead;
     }
