@@ -8,6 +8,7 @@
 
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/layered_prefill.hpp>
 #include <weft/sched/prefill_first_scheduler.hpp>
 #include <weft/sched/vtc_queue.hpp>
 
@@ -107,6 +108,7 @@ static_assert(kv_manager<faulty_kv>);
 
 using sched_t = iteration_scheduler<vtc_queue, faulty_kv>;
 using baseline_t = prefill_first_scheduler<vtc_queue, faulty_kv>;
+using layered_faulty_t = layered_prefill_scheduler<vtc_queue, faulty_kv>;
 
 // Keyed with a fixed secret, so two runs' block keys can be compared.
 faulty_kv make_kv(std::size_t blocks, std::size_t host, bool verify_on_hit) {
@@ -457,28 +459,48 @@ TEST_CASE("a KV failure at any call of any public method changes nothing", "[sch
   }
 }
 
-TEST_CASE("prefill_first_scheduler: a KV failure at any call of any public method changes nothing",
-          "[sched][contract][faults][prefill_first]") {
-  for (const bool verify : {false, true}) {
-    for (const std::uint32_t seed : {1u, 2u, 3u}) {
-      CAPTURE(verify, seed);
-      const workload w = make_workload(seed, 40);
-      const auto make = [&] {
-        prefill_first_options o = vllm_baseline(4, 32);
-        o.watermark = 0.0;
-        return std::make_unique<baseline_t>(o, vtc_queue{}, make_kv(14, 10, verify));
-      };
-      const run_result clean = run(w, make, false);
-      const run_result faulty = run(w, make, true);
-      CAPTURE(faulty.injected);
-      CHECK(faulty.injected > 300);
-      CHECK(faulty.trace == clean.trace);
-      CHECK(faulty.end == clean.end);
-      CHECK(clean.trace.find("idle 1") != std::string::npos);
-      CHECK(clean.end.text.find("collisions 0/0") != std::string::npos);
-      CHECK(clean.stats.preempted_recompute > 0);
-      CHECK(clean.stats.cached_prompt_tokens > 0);
-      CHECK(clean.stats.cancelled > 0);
+TEST_CASE("every phase: a KV failure at any call of any public method changes nothing",
+          "[sched][contract][faults][phase]") {
+  // vLLM v0's and layered prefill's phases of the one scheduler, with recompute and swap preemption,
+  // forks, migrations and cancellations: what the stall-free phase does above, the same way.
+  for (const bool layered : {false, true}) {
+    for (const auto mode : {preemption_mode::recompute, preemption_mode::swap}) {
+      for (const bool verify : {false, true}) {
+        for (const std::uint32_t seed : {1u, 2u}) {
+          CAPTURE(layered, static_cast<int>(mode), verify, seed);
+          const workload w = make_workload(seed, 40);
+          const auto run_with = [&](auto make) {
+            const run_result clean = run(w, make, false);
+            const run_result faulty = run(w, make, true);
+            CAPTURE(faulty.injected);
+            CHECK(faulty.injected > 300);
+            CHECK(faulty.trace == clean.trace);
+            CHECK(faulty.end == clean.end);
+            CHECK(clean.trace.find("idle 1") != std::string::npos);
+            CHECK(clean.end.text.find("collisions 0/0") != std::string::npos);
+            CHECK(clean.stats.preempted_recompute + clean.stats.preempted_swap > 0);
+            if (mode == preemption_mode::swap) CHECK(clean.stats.preempted_swap > 0);
+            CHECK(clean.stats.cached_prompt_tokens > 0);
+            CHECK(clean.stats.forked > 0);
+            CHECK(clean.stats.cancelled > 0);
+            CHECK(clean.trace.find("migrated") != std::string::npos);
+          };
+          if (layered) {
+            run_with([&] {
+              layered_prefill_options o = layered_prefill(4, 2, 32, 4);
+              o.preemption = mode;
+              return std::make_unique<layered_faulty_t>(o, vtc_queue{}, make_kv(14, 10, verify));
+            });
+          } else {
+            run_with([&] {
+              prefill_first_options o = vllm_baseline(4, 32);
+              o.watermark = 0.0;
+              o.preemption = mode;
+              return std::make_unique<baseline_t>(o, vtc_queue{}, make_kv(14, 10, verify));
+            });
+          }
+        }
+      }
     }
   }
 }

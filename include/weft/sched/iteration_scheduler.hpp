@@ -1,9 +1,10 @@
-// Iteration-level batch scheduling for LLM serving. Continuous batching (Yu et al., "Orca", OSDI 2022,
-// §4.2), chunked prefill with stall-free batching (Agrawal et al., "Sarathi-Serve", OSDI 2024, §4:
-// running decodes first, then partial prefills, then new prefills, within a per-iteration token budget),
-// preemption by recompute or swap (Kwon et al., SOSP 2023, §4.5) and inter-tenant preemption (FastSwitch),
-// driving weft::kv with the requests' real token ids: prompt ids at admission, each decoded token as it
-// is fed back, and computed-KV reports after every step.
+// weft's one batch scheduler for LLM serving: iteration-level scheduling (Yu et al., "Orca", OSDI 2022,
+// §4.2) whose Phase policy says what an iteration runs — stall-free chunked prefill (Sarathi-Serve,
+// OSDI 2024, §4) and Dynamic SplitFuse, Orca's whole prompts, vLLM v0's prefill-first batches, layered
+// prefill — over one running set, one set of waiting lines and one surface: preemption by recompute or
+// swap (Kwon et al., SOSP 2023, §4.5), inter-tenant preemption (FastSwitch), forks, cancellation and
+// migration (Llumnix) work under every phase. It drives weft::kv with the requests' real token ids:
+// prompt ids at admission, each decoded token as it is fed back, computed-KV reports after every step.
 #pragma once
 
 #include <weft/core/checked.hpp>
@@ -20,6 +21,7 @@
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/scheduler_options.hpp>
+#include <weft/sched/stall_free_phase.hpp>
 #include <weft/sched/victim_policy.hpp>
 
 #include <algorithm>
@@ -35,10 +37,13 @@
 
 namespace weft::sched {
 
-/// The batch scheduler. Each schedule(now): (1) every running decode gets one token, in admission order;
-/// (2) swapped-out requests come back while KV allows; (3) partial prefills continue; (4) preempted and
-/// then queued requests are admitted (the Queue decides the order among clients) while the batch, the
-/// token budget and KV allow. When KV cannot grow, a victim (Victim policy) is preempted.
+/// The batch scheduler. Each schedule(now) runs the Phase's plan over the scheduler's steps (see
+/// steps below). The default, stall_free_phase: (1) every running decode gets one token, in admission
+/// order; (2) swapped-out requests come back while KV allows; (3) partial prefills continue; (4)
+/// preempted and then queued requests are admitted (the Queue decides the order among clients) while
+/// the batch, the token budget and KV allow. prefill_first_phase (vLLM v0) and layered_phase (layered
+/// prefill) are the other two; prefill_first_scheduler and layered_prefill_scheduler name them. When KV
+/// cannot grow, a victim (Victim policy) is preempted, by recompute or swap (the phase's option).
 ///
 /// The engine loop: submit() requests (with their prompt token ids, which the scheduler copies; or,
 /// in simulation, counted_by_length); each iteration b = schedule(now); run b.copies in order, then the
@@ -48,11 +53,12 @@ namespace weft::sched {
 /// complete() reports the computed KV to the KV manager, which only then lets other requests hit those
 /// blocks. examples/mini_engine is this loop on a real model.
 ///
-/// No livelock: the running request ranked first by (preemptions, descending; arrival; id) — the
-/// "head" — is never a victim and its growth may preempt any other, so it progresses every iteration
-/// until it ends; preempted requests are readmitted before new ones, in the same rank order, so a
-/// request preempted k times outranks one preempted fewer times. (A head that cannot fit in the whole
-/// cache alone is aborted and reported in batch::aborted.)
+/// No livelock (stall-free phase): the running request ranked first by (preemptions, descending;
+/// arrival; id) — the "head" — is never a victim and its growth may preempt any other, so it progresses
+/// every iteration until it ends; preempted requests are readmitted before new ones, in the same rank
+/// order, so a request preempted k times outranks one preempted fewer times. (A head that cannot fit in
+/// the whole cache alone is aborted and reported in batch::aborted.) The vLLM v0 and layered phases
+/// rank by arrival instead: the oldest request grows first and may preempt any later arrival.
 ///
 /// Every public call either succeeds or throws weft::error leaving the scheduler and its KV manager as
 /// they were: it validates first, runs its KV calls in one KV transaction (rolled back if any throws)
@@ -63,20 +69,18 @@ namespace weft::sched {
 /// Not thread-safe (one engine loop owns it). schedule O(R + A log W) (R running, A admitted, W waiting,
 /// plus the Queue's and KV manager's costs); complete O(E + F * E) (E batch entries, F finished).
 template <fair_queue Queue = fcfs_queue, kv_manager KV = weft::kv::kv_manager<>,
-          victim_policy Victim = latest_arrival_victim>
+          victim_policy Victim = latest_arrival_victim, scheduler_phase Phase = stall_free_phase>
 class iteration_scheduler {
  public:
   using queue_type = Queue;
   using kv_type = KV;
+  using phase_type = Phase;
+  using options_type = typename Phase::options_type;
+  class steps;
 
-  explicit iteration_scheduler(scheduler_options o = {}, Queue q = Queue{}, KV kv = KV{}, Victim v = Victim{})
-      : opt_(o), queue_(std::move(q)), kv_(std::move(kv)), victim_(std::move(v)) {
-    const char* where = "weft::sched::iteration_scheduler";
-    expects(o.token_budget >= 1, errc::invalid_argument, where, "token_budget must be >= 1, got ", o.token_budget);
-    expects(o.max_running >= 1, errc::invalid_argument, where, "max_running must be >= 1, got ", o.max_running);
-    expects(!o.chunked_prefill || std::cmp_greater_equal(o.token_budget, o.max_running), errc::invalid_argument, where,
-            "chunked prefill needs token_budget >= max_running so no running decode is starved; got budget ",
-            o.token_budget, " and max_running ", o.max_running);
+  /// Throws weft::error(invalid_argument), from the Phase, for bad options.
+  explicit iteration_scheduler(options_type o = {}, Queue q = Queue{}, KV kv = KV{}, Victim v = Victim{})
+      : phase_(o), queue_(std::move(q)), kv_(std::move(kv)), victim_(std::move(v)) {
     if constexpr (binds_prefix_probe<Queue>)
       queue_.bind_prefix_probe([this](const request& r) { return cached_prefix_tokens(r); });
   }
@@ -85,14 +89,17 @@ class iteration_scheduler {
   iteration_scheduler& operator=(const iteration_scheduler&) = delete;
 
   /// Queues r. Returns false (and counts it in stats().rejected) when r can never run: its prompt and
-  /// first output token need more blocks than the whole device cache. Throws weft::error, changing
-  /// nothing, for an invalid request (see validate()), an id already in this scheduler (waiting,
-  /// running or swapped out), or kv_ready_tokens on a request with token ids. O(queue push).
+  /// first output token need more blocks than the whole device cache, or the Phase refuses it (vLLM v0:
+  /// a prompt longer than max_batched_tokens). Throws weft::error, changing nothing, for an invalid
+  /// request (see validate()), one without ids that is not counted_by_length, an id already in this
+  /// scheduler (waiting, running or swapped out), or kv_ready_tokens on a request with token ids. The
+  /// scheduler copies the prompt ids and media. O(prompt + queue push).
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::iteration_scheduler::submit";
     validate(r, where);
     detail::check_new_request(held_, r, where, "waiting, running or swapped out");
-    if (!detail::fits_device_cache(r, kv_, where)) {
+    const bool fits = detail::fits_device_cache(r, kv_, where);  // first: it may throw
+    if (!fits || !phase_.accepts(r)) {
       ++stats_.rejected;
       return false;
     }
@@ -116,7 +123,10 @@ class iteration_scheduler {
     const scheduler_stats stats_before = stats_;
     kv_.begin_transaction();
     try {
-      plan_iteration(now);
+      budget_ = std::numeric_limits<std::int64_t>::max();  // a phase with a token budget sets it
+      head_ = find_head();
+      steps plan(*this);
+      phase_.plan(plan, now);
       // Queue hooks for requests that ended here run last: they cannot be taken back.
       for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
     } catch (...) {
@@ -155,7 +165,8 @@ class iteration_scheduler {
     }
     // Every finished id is checked before anything changes.
     const std::size_t found =
-        detail::check_completion(batch_, finished, decoded, is_done_, token_at_, sorted_, where, " (a partial prefill)",
+        detail::check_completion(batch_, finished, decoded, is_done_, token_at_, sorted_, where,
+                                 " (a partial prefill, or a layer group short of the last layer)",
                                  [&](std::size_t k) { return !running_[entry_slot_[k]].req.prompt.empty(); });
     done_entries_.clear();
     for (std::size_t k = 0; k < n && done_entries_.size() < found; ++k)
@@ -173,7 +184,7 @@ class iteration_scheduler {
         const batch_entry& e = batch_.entries[k];
         const slot& s = running_[entry_slot_[k]];
         if (!with_tokens(s)) continue;  // counted requests publish nothing
-        const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
+        const std::int64_t done = done_after(s, e);
         if (is_done_[k]) {
           // A finishing request publishes its last full blocks (a multi-turn conversation's next turn
           // hits them): the KV manager gets the ids it has not heard of, then the computed count.
@@ -200,11 +211,13 @@ class iteration_scheduler {
     for (std::size_t k = 0; k < n; ++k) {
       const batch_entry& e = batch_.entries[k];
       slot& s = running_[entry_slot_[k]];
-      const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
+      const std::int64_t done = done_after(s, e);
       if (!is_done_[k] && with_tokens(s) && needs_report(s, e, done)) s.reported = done;
       // The decode step computed the KV of its input token: its id joins the unsynced ones.
       if (e.decode_tokens > 0 && with_tokens(s) && !s.pending_in_kv) s.fresh[s.fresh_count++] = s.pending;
       s.done = done;
+      // A layer group short of the last layer: the request's next entry runs its next group.
+      s.group = e.layers.reaches_output() ? 0 : s.group + 1;
       if (e.emits_token) {
         ++s.generated;
         queue_.on_tokens(s.req, 1);
@@ -347,7 +360,13 @@ class iteration_scheduler {
   const scheduler_stats& stats() const noexcept { return stats_; }
   /// The batch of the last schedule() until complete() (its entries are cleared there).
   const batch& last_batch() const noexcept { return batch_; }
-  const scheduler_options& options() const noexcept { return opt_; }
+  /// The Phase's options (scheduler_options for the stall-free phase).
+  const options_type& options() const noexcept { return phase_.options(); }
+  /// True while a layered prefill has run some but not all of its layer groups (never for the phases
+  /// that run every layer in every entry). O(R).
+  bool prefill_in_flight() const noexcept {
+    return std::any_of(running_.begin(), running_.end(), [](const slot& s) { return s.alive && s.group > 0; });
+  }
   Queue& queue() noexcept { return queue_; }
   /// The KV manager: the engine reads token ids, block tables and slot mappings here.
   const KV& kv() const noexcept { return kv_; }
@@ -356,6 +375,82 @@ class iteration_scheduler {
     if (r.prompt.empty()) return 0;
     return static_cast<std::int64_t>(kv_.cached_prefix_tokens(r.prompt, kv_request_options(r)));
   }
+
+  /// What a Phase's plan() is made of: the scheduler's steps, each keeping every invariant (the undo
+  /// log, the KV transaction, the running cap, preemption by the Victim in the phase's mode). A plan
+  /// calls them in its phase order (see stall_free_phase, prefill_first_phase, layered_phase and, for a
+  /// user-written phase, tests/sched/archetype_test.cpp). Valid only inside plan(). Not thread-safe.
+  class steps {
+   public:
+    /// A request whole-prompt admission considers: its prefill target, where its prefill would start
+    /// (after the cached prefix) and the cached prefix tokens the KV manager holds for it.
+    struct candidate {
+      std::int64_t target = 0;
+      std::int64_t start = 0;
+      std::int64_t cached = 0;
+    };
+
+    /// Requests holding device KV now. O(1).
+    std::size_t live() const noexcept { return s_.live_running(); }
+    /// The batch built so far (its prefill_tokens, its entries). O(1).
+    const batch& current() const noexcept { return s_.batch_; }
+    const KV& kv() const noexcept { return s_.kv_; }
+    /// Requests preempted by recompute and waiting to run again / swapped out to the host tier. O(1).
+    bool has_preempted() const noexcept { return !s_.requeued_.empty(); }
+    bool has_swapped() const noexcept { return !s_.swapped_.empty(); }
+    /// True while a layered prefill has run some but not all of its groups. O(R).
+    bool prefill_in_flight() const noexcept { return s_.prefill_in_flight(); }
+    /// Slots of the running set (admissions append: the index of the next admitted one). O(1).
+    std::size_t running_slots() const noexcept { return s_.running_.size(); }
+
+    /// Tokens this iteration may still compute (default: no limit). O(1).
+    void set_token_budget(std::int64_t tokens) noexcept { s_.budget_ = tokens; }
+    /// Stall-free: every running decode gets its token, the head first, then in admission order; a
+    /// decode that cannot grow preempts any request but the head (the head aborts if alone). O(R).
+    void decode_head_first() { s_.decode_head_first(); }
+    /// Swapped-out requests come back, best rank first, while the cache takes them (each decodes now
+    /// if it can grow); with inter_tenant, not while a waiting request of higher priority would evict
+    /// it again. O(resumed).
+    void resume_swapped(double now, bool inter_tenant) { s_.resume_swapped(now, inter_tenant); }
+    /// Stall-free: partial prefills continue, the head's first; in chunks of the budget if chunked.
+    void continue_prefills(bool chunked) { s_.continue_prefills(chunked); }
+    /// Stall-free admission: preempted, then queued requests, in chunks of the budget if chunked
+    /// (else whole, within orca_budget after an iteration's first prefill), while the cap, the budget
+    /// and the KV cache allow; with inter_tenant, by swapping out lower-priority requests.
+    void admit_chunks(double now, bool chunked, std::int64_t orca_budget, bool inter_tenant) {
+      s_.admit_chunks(now, chunked, orca_budget, inter_tenant);
+    }
+    /// Every running request past its prefill decodes one token, oldest arrival first; a request that
+    /// cannot grow preempts the Victim's choice among later arrivals, or gives way itself. O(R log R).
+    void decode_in_arrival_order() { s_.decode_in_arrival_order(); }
+    /// Whole-prompt admission (preempted, then queued requests) while the cap allows, gate(candidate)
+    /// returns true and the KV cache holds the whole prompt; after(i) runs for each admitted request
+    /// (running index i); a preempted request that outgrew the whole cache alone is aborted.
+    template <class Gate, class After>
+    void admit_whole(double now, Gate&& gate, After&& after) {
+      s_.admit_whole(now, std::forward<Gate>(gate), std::forward<After>(after));
+    }
+    /// The prompt tokens running_[i] still has to prefill (0 past its prefill). O(1).
+    std::int64_t prefill_left(std::size_t i) const noexcept { return s_.running_[i].target - s_.running_[i].done; }
+    /// Adds running_[i]'s whole remaining prefill to the batch, through every layer. O(1).
+    void prefill_whole(std::size_t i) { s_.add_entry(i, prefill_left(i), 0); }
+    /// Layered prefill: the prefills in flight run their next layer group (range_of(groups, group)).
+    template <class RangeOf>
+    void advance_layer_groups(RangeOf&& range_of) {
+      s_.advance_layer_groups(std::forward<RangeOf>(range_of));
+    }
+    /// Layered prefill: requests admitted from running index first_new on start their first of
+    /// `groups` layer groups; one whose KV arrived ready decodes if it can grow.
+    template <class RangeOf>
+    void start_layer_groups(std::size_t first_new, int groups, RangeOf&& range_of) {
+      s_.start_layer_groups(first_new, groups, std::forward<RangeOf>(range_of));
+    }
+
+   private:
+    friend class iteration_scheduler;
+    explicit steps(iteration_scheduler& s) noexcept : s_(s) {}
+    iteration_scheduler& s_;
+  };
 
  private:
   static constexpr std::uint32_t fresh_capacity = 15;
@@ -384,6 +479,8 @@ class iteration_scheduler {
     request_id id{};        // copy of req.id
     double arrival_s = 0;   // copy of req.arrival_s
     std::array<token_id, fresh_capacity> fresh{};
+    int group = 0;   // layered prefill: the next layer group to run (0: not started)
+    int groups = 1;  // layered prefill: the groups its prefill is split into
     request req;
     std::vector<token_id> tokens;  // after a recompute preemption: every id to prefill again
   };
@@ -417,9 +514,17 @@ class iteration_scheduler {
 
   static bool in_decode(const slot& s) noexcept { return s.done >= s.target; }
   // A decode step that needs no KV call: its slot is in the request's private room and its input id
-  // fits the fresh buffer.
+  // fits the fresh buffer. A phase that hands each decoded id to the KV manager at once (vLLM v0's
+  // way) never skips the call for a request with ids.
   static bool in_room(const slot& s, std::int64_t tokens) noexcept {
+    if constexpr (!Phase::batches_decoded_ids)
+      if (s.with_ids) return false;
     return s.done >= s.target && tokens <= s.room && (s.pending_in_kv || s.fresh_count < fresh_capacity);
+  }
+  // The tokens whose KV is computed in every layer once entry e ran (a layer group short of the last
+  // layer computes none of them in every layer yet).
+  static std::int64_t done_after(const slot& s, const batch_entry& e) noexcept {
+    return e.layers.reaches_output() ? s.done + e.prefill_tokens + e.decode_tokens : s.done;
   }
 
   static bool with_tokens(const slot& s) noexcept { return s.with_ids; }
@@ -429,11 +534,17 @@ class iteration_scheduler {
   // published, so that is when it matters: prompts are what other requests share). Decoded blocks are
   // published when the request leaves the batch (finish, preemption, fork, migration): a decode step
   // then costs the KV manager nothing until its private block is full.
+  // A phase that hands decoded ids over at once reports after every prefill that reaches the last
+  // layer and whenever a block fills, so decoded blocks are published as they fill (vLLM v0).
   bool needs_report(const slot& s, const batch_entry& e, std::int64_t done) const noexcept {
-    if (done > s.synced) return false;
-    if (s.reported < 0) return true;
     const auto bs = static_cast<std::int64_t>(kv_.block_size());
-    return e.decode_tokens == 0 && done / bs != s.reported / bs;
+    if constexpr (!Phase::batches_decoded_ids) {
+      return e.layers.reaches_output() && (e.prefill_tokens > 0 || done % bs == 0);
+    } else {
+      if (done > s.synced) return false;
+      if (s.reported < 0) return true;
+      return e.decode_tokens == 0 && done / bs != s.reported / bs;
+    }
   }
   std::int64_t round_up(std::int64_t tokens) const noexcept {
     const auto bs = static_cast<std::int64_t>(kv_.block_size());
@@ -464,30 +575,144 @@ class iteration_scheduler {
     }
   }
 
-  void plan_iteration(double now) {
-    budget_ = opt_.chunked_prefill ? opt_.token_budget : std::numeric_limits<std::int64_t>::max();
-    head_ = find_head();
-    // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
-    // first so its growth can never be blocked by others' growth in the same iteration.
+  // ----- The steps of the stall-free phase -----------------------------------------------------
+
+  // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
+  // first so its growth can never be blocked by others' growth in the same iteration.
+  void decode_head_first() {
     detail::reserve_more(batch_.entries, running_.size());
     detail::reserve_more(entry_slot_, running_.size());
-    if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true);
+    if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true, false);
     for (std::size_t i = 0; i < running_.size(); ++i) {
       if (i == head_ || !running_[i].alive || !in_decode(running_[i])) continue;
       if (in_room(running_[i], running_[i].done + 1))
         add_entry(i, 0, 1);  // the common case: a decode inside the request's private room
       else
-        decode_or_continue(i, true);
+        decode_or_continue(i, true, false);
     }
-    // (2) Swapped-out requests return before anything new is admitted.
-    resume_swapped(now);
-    // (3) Partial prefills continue: the head's first (it may preempt), then in admission order.
+  }
+
+  // (3) Partial prefills continue: the head's first (it may preempt), then in admission order.
+  void continue_prefills(bool chunked) {
     if (head_ < running_.size() && running_[head_].alive && !in_decode(running_[head_]))
-      decode_or_continue(head_, true);
+      decode_or_continue(head_, true, chunked);
     for (std::size_t i = 0; i < running_.size() && budget_ > 0; ++i)
-      if (i != head_ && running_[i].alive && !in_decode(running_[i]) && !scheduled(i)) decode_or_continue(i, false);
-    // (4) Admission: preempted requests first (rank order), then those a failed call took, then the queue.
-    admit(now);
+      if (i != head_ && running_[i].alive && !in_decode(running_[i]) && !scheduled(i))
+        decode_or_continue(i, false, chunked);
+  }
+
+  // ----- The steps of the arrival-order phases (vLLM v0, layered prefill) ---------------------------
+
+  // The live running requests in arrival order (ties: id), into order_. O(R log R).
+  void arrival_order() {
+    order_.clear();
+    for (std::size_t i = 0; i < running_.size(); ++i)
+      if (running_[i].alive) order_.push_back(i);
+    std::sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) {
+      return std::tie(running_[a].arrival_s, running_[a].id) < std::tie(running_[b].arrival_s, running_[b].id);
+    });
+  }
+
+  // Every running request past its prefill decodes one token, oldest first; when KV cannot grow, the
+  // Victim's choice among the later arrivals is preempted, or the request itself when none is left.
+  void decode_in_arrival_order() {
+    arrival_order();
+    detail::reserve_more(batch_.entries, running_.size());
+    detail::reserve_more(entry_slot_, running_.size());
+    for (std::size_t pos = 0; pos < order_.size(); ++pos) {
+      const std::size_t i = order_[pos];
+      if (!running_[i].alive || !in_decode(running_[i])) continue;
+      while (running_[i].alive && !ensure(i, running_[i].done + 1))
+        if (!preempt_later(pos)) preempt(i);  // nobody later to evict: it gives way itself
+      if (running_[i].alive) add_entry(i, 0, 1);
+    }
+  }
+
+  // Preempts the Victim's choice among the live requests after order_[pos]. False when there is none.
+  bool preempt_later(std::size_t pos) {
+    candidates_.clear();
+    candidate_slot_.clear();
+    for (std::size_t q = pos + 1; q < order_.size(); ++q) {
+      const slot& v = running_[order_[q]];
+      if (!v.alive) continue;
+      candidates_.push_back({v.req.id, v.req.client, v.req.priority, v.req.arrival_s, v.preemptions,
+                             static_cast<std::int64_t>(kv_.blocks(v.req.id).size()), v.generated});
+      candidate_slot_.push_back(order_[q]);
+    }
+    if (candidates_.empty()) return false;
+    const std::size_t pick = victim_.choose(std::span<const victim_candidate>(candidates_));
+    expects(pick < candidates_.size(), errc::out_of_range, "weft::sched::iteration_scheduler::schedule",
+            "victim policy returned index ", pick, " of ", candidates_.size(), " candidates");
+    preempt(candidate_slot_[pick]);
+    return true;
+  }
+
+  // Whole-prompt admission: preempted requests (rank order), then those a failed call took, then the
+  // Queue's, while the running cap allows and gate(candidate) agrees; each gets slots for its whole
+  // prompt at once; after(i) runs for each admitted running_[i]. A preempted request whose prompt and
+  // output outgrew the whole cache while nothing else runs is aborted (the only way it ends unfinished).
+  template <class Gate, class After>
+  void admit_whole(double now, Gate&& gate, After&& after) {
+    const std::size_t usable = kv_.usable_blocks();
+    while (live_running() < phase_.max_running()) {
+      source from = source::queue;
+      const request* next = next_waiting(now, from);
+      if (next == nullptr) return;
+      slot s = from == source::requeued ? requeued_.back() : new_slot(*next);
+      if (from == source::requeued && live_running() == 0 && std::cmp_greater(blocks_for(s.target + 1), usable)) {
+        abort_preempted();
+        continue;
+      }
+      const std::span<const token_id> ids = !s.tokens.empty() ? std::span<const token_id>(s.tokens) : s.req.prompt;
+      const weft::kv::request_options options = kv_request_options(s.req);
+      std::int64_t cached = 0;
+      if (!ids.empty() && s.done < s.target) cached = static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
+      const std::int64_t start = s.done < s.target ? std::max(s.done, std::min(cached, s.target - 1)) : s.done;
+      if (!gate(typename steps::candidate{s.target, start, cached})) return;
+      const auto slots = static_cast<std::size_t>(s.target);  // the whole prompt's KV now
+      auto alloc = ids.empty() ? kv_.allocate_prompt(s.req.id, slots, options, slots)
+                               : kv_.allocate_prompt(s.req.id, ids, options, slots);
+      if (!alloc) return;
+      const auto hit = static_cast<std::int64_t>(alloc->cached_tokens);
+      if (s.done < s.target) s.done = std::max(s.done, std::min(hit, s.target - 1));
+      detail::count_admission(stats_, s.req, from == source::requeued, hit);
+      if (alloc->host_to_device.blocks > 0)
+        batch_.copies.push_back({kv_copy::kind::prefix_in, s.req.id, std::move(alloc->host_to_device), {}});
+      s.reported = -1;
+      s.synced = static_cast<std::int64_t>(alloc->slots);
+      s.room = ids.empty() ? round_up(static_cast<std::int64_t>(alloc->slots)) : 0;
+      s.tokens.clear();  // the KV manager holds them now
+      s.alive = true;
+      s.group = 0;
+      take(from, std::move(s), now);
+      after(running_.size() - 1);
+    }
+  }
+
+  // Layered prefill: the prefills in flight run their next layer group, oldest first (their KV was
+  // allocated at admission); range_of(groups, group) is the group's layer range.
+  template <class RangeOf>
+  void advance_layer_groups(RangeOf&& range_of) {
+    arrival_order();
+    for (const std::size_t i : order_) {
+      const slot& s = running_[i];
+      if (s.alive && s.group > 0) add_entry(i, s.target - s.done, 0, range_of(s.groups, s.group));
+    }
+  }
+
+  // Layered prefill: the requests admitted from running_[first_new] on start their first layer group
+  // (split into `groups`); a request whose KV arrived ready decodes now if it can grow (no preemption).
+  template <class RangeOf>
+  void start_layer_groups(std::size_t first_new, int groups, RangeOf&& range_of) {
+    for (std::size_t i = first_new; i < running_.size(); ++i) {
+      if (!running_[i].alive) continue;
+      if (!in_decode(running_[i])) {
+        running_[i].groups = groups;
+        add_entry(i, running_[i].target - running_[i].done, 0, range_of(groups, 0));
+      } else if (ensure(i, running_[i].done + 1)) {
+        add_entry(i, 0, 1);
+      }
+    }
   }
 
   // Gives s slots up to `tokens` tokens: the next prefill chunk, or the decode step's input token —
@@ -519,7 +744,11 @@ class iteration_scheduler {
     return true;
   }
 
-  static auto rank(const slot& s) noexcept { return std::tuple(-s.preemptions, s.arrival_s, s.id); }
+  // The order of the waiting lines and of the head: (preemptions descending, arrival, id), or for
+  // phases that rank by arrival, (arrival, id) — preemptions then count 0 for everyone.
+  static auto rank(const slot& s) noexcept {
+    return std::tuple(Phase::ranks_by_preemptions ? -s.preemptions : 0, s.arrival_s, s.id);
+  }
 
   // The head, recomputed only when running_ changed since the last call (most iterations only decode).
   std::size_t find_head() noexcept {
@@ -538,18 +767,18 @@ class iteration_scheduler {
 
   // Schedules running_[i]: a decode token, or the next prefill chunk. Growth failures preempt victims
   // for the head and for decodes; a partial prefill that does not fit just waits.
-  void decode_or_continue(std::size_t i, bool may_preempt) {
+  void decode_or_continue(std::size_t i, bool may_preempt, bool chunked) {
     std::int64_t tokens = 0;
     if (in_decode(running_[i])) {
       tokens = 1;
     } else {
       tokens = running_[i].target - running_[i].done;
-      if (opt_.chunked_prefill) tokens = std::min(tokens, budget_);
+      if (chunked) tokens = std::min(tokens, budget_);
       if (tokens <= 0) return;
     }
     while (!in_room(running_[i], running_[i].done + tokens) && !ensure(i, running_[i].done + tokens)) {
       const slot& s = running_[i];
-      if (!in_decode(s) && opt_.chunked_prefill) {
+      if (!in_decode(s) && chunked) {
         // Shrink the chunk to what fits before preempting anyone.
         const auto held = static_cast<std::int64_t>(kv_.blocks(s.req.id).size());
         const std::int64_t fit =
@@ -626,7 +855,7 @@ class iteration_scheduler {
     ++v.preemptions;
     v.alive = false;
     ++dead_;
-    if ((force_swap || opt_.preemption == preemption_mode::swap) && in_decode(v)) {
+    if ((force_swap || phase_.preemption() == preemption_mode::swap) && in_decode(v)) {
       sync(v);  // swap_out keeps exactly the computed tokens, so the KV manager must know them all
       if (auto plan = kv_.swap_out(v.req.id)) {
         v.synced = v.done;  // slots past the computed tokens are dropped
@@ -662,6 +891,8 @@ class iteration_scheduler {
     v.synced = 0;
     v.room = 0;
     v.reported = -1;
+    v.group = 0;  // a layered prefill in flight loses its partial layers
+    v.groups = 1;
     batch_.preempted_recompute.push_back(v.req.id);
     ++stats_.preempted_recompute;
     insert_ranked(requeued_, v, undo_kind::requeued_inserted);
@@ -691,10 +922,12 @@ class iteration_scheduler {
     list.insert(pos, std::move(copy));
   }
 
-  void resume_swapped(double now) {
-    while (!swapped_.empty() && running_.size() < opt_.max_running + dead_) {
+  // (2) Swapped-out requests return (best rank first) while the KV cache takes them back; each decodes
+  // now if it can grow.
+  void resume_swapped(double now, bool inter_tenant) {
+    while (!swapped_.empty() && running_.size() < phase_.max_running() + dead_) {
       const slot& s = swapped_.back();
-      if (opt_.inter_tenant_preemption) {
+      if (inter_tenant) {
         // Do not bring back a request that a waiting higher-priority one would evict again at once
         // (that would thrash: FastSwitch's point is to switch contexts rarely and cheaply).
         const request* head = detail::peek_live(queue_, held_, now);
@@ -724,42 +957,93 @@ class iteration_scheduler {
 
   enum class source : std::uint8_t { requeued, front, queue };
 
-  void admit(double now) {
-    while (live_running() < opt_.max_running && budget_ > 0) {
+  // The next request to admit and its line: preempted ones first (best rank), then those a failed call
+  // took from the Queue, then the Queue's choice (requests cancelled inside it are dropped on the way).
+  const request* next_waiting(double now, source& from) {
+    if (!requeued_.empty()) {
+      from = source::requeued;
+      return &requeued_.back().req;
+    }
+    if (!front_.empty()) {
+      from = source::front;
+      return &front_.front();
+    }
+    from = source::queue;
+    return detail::peek_live(queue_, held_, now);
+  }
+
+  // The slot of a request starting for the first time: its prompt to prefill, from kv_ready_tokens on.
+  static slot new_slot(const request& r) {
+    slot s;
+    s.req = r;
+    bind(s);
+    s.target = s.req.prompt_tokens;
+    s.done = s.req.kv_ready_tokens;
+    if (s.done == s.req.prompt_tokens) s.generated = 1;  // prefilled elsewhere: first token exists
+    return s;
+  }
+
+  // Takes the admitted request s from its line and appends it to the running batch (undo-logged; room
+  // reserved first, so nothing below throws until the Queue's own hooks).
+  void take(source from, slot&& s, double now) {
+    detail::reserve_more(running_, 1);
+    undo_.reserve(2);
+    if (from == source::requeued) {
+      undo_.next().saved = requeued_.back();  // the only throw, before the entry counts
+      undo_.push(undo_kind::requeued_erased, requeued_.size() - 1);
+      requeued_.pop_back();
+    } else if (from == source::front) {
+      undo_.next().saved.emplace().req = front_.front();  // the only throw, before the entry counts
+      undo_.push(undo_kind::front_erased, 0);
+      front_.erase(front_.begin());
+    } else {
+      undo_.next().saved.emplace();
+      const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
+      undo_.push(undo_kind::queue_popped, 0).saved->req = popped;
+      queue_.on_admit(s.req);
+    }
+    undo_.push(undo_kind::running_pushed, 0);
+    running_.push_back(std::move(s));
+    ++running_version_;
+  }
+
+  // Ends the best-ranked preempted request, which can never fit again (whole-prompt admission).
+  void abort_preempted() {
+    deferred_finish_.emplace_back(requeued_.back().req, requeued_.back().generated);
+    batch_.aborted.push_back(requeued_.back().req.id);
+    undo_.reserve(1);
+    undo_.next().saved = requeued_.back();  // the only throw, before the entry counts
+    undo_.push(undo_kind::requeued_erased, requeued_.size() - 1);
+    requeued_.pop_back();
+    ++stats_.aborted;
+  }
+
+  std::int64_t blocks_for(std::int64_t tokens) const noexcept {
+    const auto bs = static_cast<std::int64_t>(kv_.block_size());
+    return tokens / bs + (tokens % bs != 0 ? 1 : 0);
+  }
+
+  // (4) Admission in chunks: preempted requests first (rank order), then those a failed call took,
+  // then the queue, while the batch, the token budget and the KV cache allow. Without chunks (Orca)
+  // the first prefill of an iteration may be any length and later ones stay within orca_budget.
+  void admit_chunks(double now, bool chunked, std::int64_t orca_budget, bool inter_tenant) {
+    while (live_running() < phase_.max_running() && budget_ > 0) {
       source from = source::queue;
-      const request* next = nullptr;
-      if (!requeued_.empty()) {
-        from = source::requeued;
-        next = &requeued_.back().req;
-      } else if (!front_.empty()) {
-        from = source::front;
-        next = &front_.front();
-      } else {
-        next = detail::peek_live(queue_, held_, now);
-      }
+      const request* next = next_waiting(now, from);
       if (next == nullptr) return;
-      slot s;
-      if (from == source::requeued) {
-        s = requeued_.back();
-      } else {
-        s.req = *next;
-        bind(s);
-        s.target = s.req.prompt_tokens;
-        s.done = s.req.kv_ready_tokens;
-        if (s.done == s.req.prompt_tokens) s.generated = 1;  // prefilled elsewhere: first token exists
-      }
+      slot s = from == source::requeued ? requeued_.back() : new_slot(*next);
       const std::span<const token_id> ids = !s.tokens.empty() ? std::span<const token_id>(s.tokens) : s.req.prompt;
       const weft::kv::request_options options = kv_request_options(s.req);
       // Orca: the first prefill of an iteration may be any length; later ones stay within token_budget.
-      if (!opt_.chunked_prefill && batch_.prefill_tokens > 0 && s.done < s.target) {
+      if (!chunked && batch_.prefill_tokens > 0 && s.done < s.target) {
         const std::int64_t cached = ids.empty() ? 0 : static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
         const std::int64_t prefill = s.target - std::max(s.done, std::min(cached, s.target - 1));
-        if (batch_.prefill_tokens + prefill > opt_.token_budget) return;
+        if (batch_.prefill_tokens + prefill > orca_budget) return;
       }
       // The whole prompt must fit (vLLM's admission rule; the KV manager keeps its watermark); the
       // cached prefix gets its slots now, the chunk below.
       auto alloc = allocate(s, ids, options);
-      if (!alloc && opt_.inter_tenant_preemption) {
+      if (!alloc && inter_tenant) {
         while (!alloc && make_room_for(s)) alloc = allocate(s, ids, options);
       }
       if (!alloc) return;
@@ -773,31 +1057,11 @@ class iteration_scheduler {
       s.room = 0;
       s.tokens.clear();  // the KV manager holds them now
       s.alive = true;
-      // Take it from its source, and into the running batch (undo-logged; room reserved first, so
-      // nothing below throws until the queue's own hooks).
-      detail::reserve_more(running_, 1);
-      undo_.reserve(2);
-      if (from == source::requeued) {
-        undo_.next().saved = requeued_.back();  // the only throw, before the entry counts
-        undo_.push(undo_kind::requeued_erased, requeued_.size() - 1);
-        requeued_.pop_back();
-      } else if (from == source::front) {
-        undo_.next().saved.emplace().req = front_.front();  // the only throw, before the entry counts
-        undo_.push(undo_kind::front_erased, 0);
-        front_.erase(front_.begin());
-      } else {
-        undo_.next().saved.emplace();
-        const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
-        undo_.push(undo_kind::queue_popped, 0).saved->req = popped;
-        queue_.on_admit(s.req);
-      }
-      undo_.push(undo_kind::running_pushed, 0);
-      running_.push_back(std::move(s));
-      ++running_version_;
+      take(from, std::move(s), now);
       const std::size_t i = running_.size() - 1;
       const bool decode = in_decode(running_[i]);
       std::int64_t tokens = decode ? 1 : running_[i].target - running_[i].done;
-      if (!decode && opt_.chunked_prefill) tokens = std::min(tokens, budget_);
+      if (!decode && chunked) tokens = std::min(tokens, budget_);
       if (!ensure(i, running_[i].done + tokens)) {
         // Admitted, but its first step does not fit this iteration (a quota): it waits in the batch.
         continue;
@@ -823,12 +1087,15 @@ class iteration_scheduler {
     return true;
   }
 
-  [[gnu::always_inline]] inline void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode) {
+  // Adds running_[i]'s step to the batch: `prefill` prompt tokens or one decode token, through
+  // `layers` (default: all). Only a step that reaches the last layer may emit a token.
+  [[gnu::always_inline]] inline void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode,
+                                               layer_range layers = {}) {
     const slot& s = running_[i];
-    if (prefill > 0 || s.reported < 0) ++may_report_;
-    const bool emits = decode > 0 || s.done + prefill >= s.target;
-    batch_.entries.push_back(
-        {s.id, s.client, prefill, decode, s.done + prefill + decode, emits, decode > 0 ? s.pending : -1});
+    if (!Phase::batches_decoded_ids || prefill > 0 || s.reported < 0) ++may_report_;
+    const bool emits = (decode > 0 || s.done + prefill >= s.target) && layers.reaches_output();
+    batch_.entries.push_back({s.id, s.client, prefill, decode, s.done + prefill + decode, emits,
+                              decode > 0 && s.with_ids ? s.pending : -1, layers.all() ? layer_range{} : layers});
     entry_slot_.push_back(i);
     batch_.prefill_tokens += prefill;
     batch_.decode_tokens += decode;
@@ -929,7 +1196,7 @@ class iteration_scheduler {
     expects((first_token != nullptr) == with_tokens(*it), errc::invalid_argument, where, "request ", parent,
             with_tokens(*it) ? " carries token ids: fork it with the child's first token"
                              : " is counted by length: fork it without a token");
-    if (live_running() >= opt_.max_running) return false;
+    if (live_running() >= phase_.max_running()) return false;
     const std::size_t p = static_cast<std::size_t>(it - running_.begin());
     // Everything that can throw before the KV manager changes: the child's slot and room for it.
     slot c = running_[p];
@@ -975,7 +1242,7 @@ class iteration_scheduler {
     return true;
   }
 
-  scheduler_options opt_;
+  Phase phase_;
   Queue queue_;
   KV kv_;
   Victim victim_;
@@ -999,6 +1266,7 @@ class iteration_scheduler {
   std::vector<std::pair<request_id, std::size_t>> sorted_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
+  std::vector<std::size_t> order_;  // arrival-order steps: live running indices by (arrival, id)
   detail::undo_log<undo_entry> undo_;
   // find_head()'s cache: running_version_ changes whenever running_ gains, loses or replaces a slot.
   std::uint64_t running_version_ = 0, head_version_ = ~std::uint64_t{0};

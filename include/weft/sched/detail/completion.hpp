@@ -1,7 +1,6 @@
-// Internal: the parts of schedule() and complete() weft's batch schedulers share: the checks of the
-// engine's report (finished ids and decoded tokens against the batch in flight, all three schedulers),
-// made before anything changes, and the KV transaction frames of prefill_first_scheduler and
-// layered_prefill_scheduler (iteration_scheduler keeps its own inline: measured ~4% faster there).
+// Internal: complete()'s check of the engine's report (finished ids and decoded tokens against the
+// batch in flight), made before anything changes, and a KV transaction frame for the scheduler's
+// smaller calls (schedule() and complete() keep theirs inline: measured ~4% faster there).
 #pragma once
 
 #include <weft/core/error.hpp>
@@ -94,28 +93,9 @@ std::size_t check_completion(const batch& b, std::span<const request_id> finishe
   return found;
 }
 
-/// Runs body(begin) where begin() opens kv's transaction the first time it is called: committed when
-/// body returns, rolled back (and the exception passed on) when it throws; a body that never calls
-/// begin() leaves the KV manager untouched. O(1) plus body.
-template <class KV, class Body>
-void in_lazy_transaction(KV& kv, Body&& body) {
-  bool open = false;
-  auto begin = [&] {
-    if (!open) kv.begin_transaction();
-    open = true;
-  };
-  try {
-    body(begin);
-  } catch (...) {
-    if (open) kv.rollback_transaction();
-    throw;
-  }
-  if (open) kv.commit_transaction();
-}
-
-/// schedule()'s frame: body() runs inside kv's transaction, committed when it returns; when it
-/// throws, the transaction is rolled back, undo() restores the scheduler's own state (it must not
-/// throw) and the exception passes on. O(1) plus body (and undo).
+/// A call's frame: body() runs inside kv's transaction, committed when it returns; when it throws, the
+/// transaction is rolled back, undo() restores the scheduler's own state (it must not throw) and the
+/// exception passes on. O(1) plus body (and undo).
 template <class KV, class Body, class Undo>
 void in_transaction(KV& kv, Body&& body, Undo&& undo) {
   kv.begin_transaction();
@@ -127,16 +107,6 @@ void in_transaction(KV& kv, Body&& body, Undo&& undo) {
     throw;
   }
   kv.commit_transaction();
-}
-
-/// complete()'s answer when no batch is in flight (n == 0 entries): true, after checking that nothing
-/// was reported for it (weft::error(precondition) otherwise); false while a batch is in flight. O(1).
-inline bool nothing_in_flight(std::size_t n, std::span<const request_id> finished,
-                              std::span<const decoded_token> decoded, const char* where) {
-  if (n != 0) return false;
-  expects(finished.empty() && decoded.empty(), errc::precondition, where,
-          "no batch is in flight (complete() was already called, or schedule() returned an empty batch)");
-  return true;
 }
 
 }  // namespace weft::sched::detail
