@@ -9,8 +9,9 @@
 // The engine loop (serve(), below) is what a user copies:
 //   b = sched.schedule(now)                      what runs this iteration
 //   run b.copies in order                        swap-outs, swap-ins, host-tier prefix hits, copy-on-write
-//   forward(b.entries)                           ids: kv.tokens(id) for prefill, entry.token for a decode;
-//                                                K/V written to and read from kv.blocks(id)'s slots
+//   in = build_paged_attention_inputs(b, kv)     the kernel's arrays: input ids, positions, slot mapping,
+//                                                block table, sequence lengths, logits indices
+//   forward(in)                                  K/V written to in.slot_mapping, read through in.block_table
 //   sched.complete(finished, decoded)            feeds the sampled {id, token} back; computed KV gets published
 //   sched.cancel(id)                             between iterations, for a client that went away
 //
@@ -22,6 +23,7 @@
 #include <weft/core/random.hpp>
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/paged_attention_inputs.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -403,19 +405,20 @@ class engine {
           break;
       }
     }
-    const auto& kvm = s_.kv();
-    const std::size_t bs = kvm.block_size(), d = static_cast<std::size_t>(m_.width());
-    // Every token of the step: its request, position, id and residual vector.
+    // The paged-attention kernel's inputs, as vLLM and FlashInfer take them: every token of the step
+    // (its entry, position and id), where its K and V go, and each entry's block-table row.
+    weft::sched::build_paged_attention_inputs(b, s_.kv(), in_);
+    const auto bs = static_cast<std::size_t>(in_.block_size), d = static_cast<std::size_t>(m_.width());
+    const auto row_width = static_cast<std::size_t>(in_.max_blocks);
     tokens_.clear();
     first_.assign(b.entries.size(), 0);
     for (std::size_t e = 0; e < b.entries.size(); ++e) {
       const auto& en = b.entries[e];
       if (!en.layers.all() && en.layers.of != m_.layers())
         throw std::invalid_argument("mini_engine: a batch entry's layer range is not over the model's layers");
-      const auto ids = kvm.tokens(en.id);
-      first_[e] = tokens_.size();
-      for (std::int64_t p = en.first_position(); p < en.context_tokens; ++p)
-        tokens_.push_back({e, p, en.decode_tokens > 0 ? en.token : ids[static_cast<std::size_t>(p)]});
+      first_[e] = static_cast<std::size_t>(in_.query_start_loc[e]);
+      for (auto t = first_[e]; t < static_cast<std::size_t>(in_.query_start_loc[e + 1]); ++t)
+        tokens_.push_back({e, in_.positions[t], in_.input_ids[t]});
     }
     x_.resize(tokens_.size() * d);
     q_.resize(x_.size());
@@ -442,20 +445,19 @@ class engine {
       // All of this step's K and V first, into their slots; then attention, which reads them.
       for (std::size_t t = 0; t < tokens_.size(); ++t) {
         if (!runs(t, l)) continue;
-        const auto blocks = kvm.blocks(b.entries[tokens_[t].entry].id);
-        const auto pos = static_cast<std::size_t>(tokens_[t].pos);
-        const weft::kv::block_id blk = blocks[pos / bs];
-        m_.qkv(l, &x_[t * d], tokens_[t].pos, &q_[t * d], kv_.k(blk, layer, pos % bs), kv_.v(blk, layer, pos % bs),
+        const auto slot = static_cast<std::size_t>(in_.slot_mapping[t]);
+        const weft::kv::block_id blk(static_cast<std::uint32_t>(slot / bs));
+        m_.qkv(l, &x_[t * d], tokens_[t].pos, &q_[t * d], kv_.k(blk, layer, slot % bs), kv_.v(blk, layer, slot % bs),
                scratch_.data());
       }
       for (std::size_t t = 0; t < tokens_.size(); ++t) {
         if (!runs(t, l)) continue;
-        const auto blocks = kvm.blocks(b.entries[tokens_[t].entry].id);
+        const std::int32_t* row = in_.block_table.data() + tokens_[t].entry * row_width;
         m_.attend(
             &q_[t * d], tokens_[t].pos + 1,
             [&](std::int64_t j) {
               const auto pos = static_cast<std::size_t>(j);
-              const weft::kv::block_id blk = blocks[pos / bs];
+              const weft::kv::block_id blk(static_cast<std::uint32_t>(row[pos / bs]));
               return std::pair<const float*, const float*>(kv_.k(blk, layer, pos % bs), kv_.v(blk, layer, pos % bs));
             },
             &att_[t * d], scores_);
@@ -475,16 +477,16 @@ class engine {
                           x_.begin() + static_cast<std::ptrdiff_t>((first_[e] + n) * d));
     }
     stats.computed_tokens += tokens_.size();
-    // Sampling: the last token of each emitting entry.
+    // Sampling: each emitting entry's last token (in.logits_indices).
     sampled.assign(b.entries.size(), -1);
     top.assign(b.entries.size(), {});
     logits_.resize(static_cast<std::size_t>(m_.vocab()));
-    for (std::size_t t = 0; t < tokens_.size(); ++t) {
-      const auto& en = b.entries[tokens_[t].entry];
-      if (!en.emits_token || tokens_[t].pos + 1 != en.context_tokens) continue;
+    for (std::size_t e = 0; e < b.entries.size(); ++e) {
+      if (in_.logits_indices[e] < 0) continue;
+      const auto t = static_cast<std::size_t>(in_.logits_indices[e]);
       m_.logits(&x_[t * d], logits_.data(), scratch_.data());
-      top[tokens_[t].entry] = top_tokens(logits_, top_k);
-      sampled[tokens_[t].entry] = top[tokens_[t].entry][0];
+      top[e] = top_tokens(logits_, top_k);
+      sampled[e] = top[e][0];
     }
   }
 
@@ -499,6 +501,7 @@ class engine {
   kv_tensor& kv_;
   faults f_;
   std::vector<step_token> tokens_;
+  weft::sched::paged_attention_inputs in_;
   std::vector<std::size_t> first_;                 // first_[e]: index in tokens_ of entry e's first token
   std::map<request_id, std::vector<float>> held_;  // layered prefills between groups: their residuals
   std::vector<float> x_, q_, att_, scratch_, scores_, mlp_, logits_;
