@@ -358,6 +358,7 @@ struct serve_result {
   std::map<request_id, request_spec> specs;             // what each request (turn, fork) asked for
   std::map<tenant_id, tenant_stats> tenants;
   std::uint64_t iterations = 0, computed_tokens = 0, forks = 0, copies_on_write = 0, swap_ins = 0, cancelled = 0;
+  std::uint64_t forks_refused = 0;  // parallel samples the scheduler refused (only a KV quota can)
   double forward_seconds = 0.0;
 };
 
@@ -611,7 +612,11 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
       for (int k = 1; k < p.w.samples && static_cast<std::size_t>(k) < best.size(); ++k) {
         const request_id child(next_id++);
         if constexpr (requires(Sched & x, request_id a, token_id t) { x.fork(a, a, t); }) {
-          if (!s.fork(parent, child, best[static_cast<std::size_t>(k)])) continue;  // batch full: no sample
+          // A full batch does not drop the sample (it waits for room); only a KV quota refuses one.
+          if (!s.fork(parent, child, best[static_cast<std::size_t>(k)])) {
+            ++res.forks_refused;
+            continue;
+          }
         } else {
           continue;  // a scheduler without fork(): no parallel samples
         }

@@ -366,3 +366,41 @@ TEMPLATE_TEST_CASE("statistics keep first admissions apart from re-admissions af
   CHECK(st.first_admission_hit_rate() > 0.0);
   CHECK(st.first_admission_hit_rate() < 1.0);
 }
+
+TEMPLATE_TEST_CASE("a fork made while the batch is full waits for room and is never dropped",
+                   "[sched][lifecycle][fork]", iteration_t, prefill_first_t, layered_t) {
+  auto owned = make<TestType>(64, 0, /*max_running=*/2);
+  TestType& s = *owned;
+  const std::vector<token_id> a = iota_ids(10, 1), b = iota_ids(12, 50);
+  REQUIRE(s.submit(with_ids(1, a, 0.0), 0.0));
+  REQUIRE(s.submit(with_ids(2, b, 0.5), 0.5));
+  int it = 0;
+  std::map<request_id, std::vector<token_id>> fed;
+  while (fed[request_id(1)].empty() || fed[request_id(2)].empty()) (void)step(s, it++, &fed);
+  REQUIRE(s.running() == 2);  // the batch is full
+  const std::size_t waiting = s.waiting();
+  const auto parent_tokens = static_cast<std::int64_t>(a.size() + fed[request_id(1)].size());  // at the fork
+  REQUIRE(s.fork(request_id(1), request_id(7), 4242));
+  CHECK(s.running() == 2);
+  CHECK(s.waiting() == waiting + 1);
+  CHECK_THROWS_WITH(s.fork(request_id(1), request_id(7), 1), Catch::Contains("request 7 is already"));
+  // While the batch stays full the sample waits; when request 2 ends it joins, from its own token.
+  batch next = step(s, it++, &fed, {request_id(2)});
+  for (const batch_entry& e : next.entries) CHECK(e.id != request_id(7));
+  next = step(s, it++, &fed);
+  bool seen = false;
+  for (const batch_entry& e : next.entries)
+    if (e.id == request_id(7)) {
+      seen = true;
+      CHECK(e.token == 4242);
+      CHECK(e.context_tokens == parent_tokens);  // its first step computes its first token's KV
+    }
+  CHECK(seen);
+  CHECK(s.stats().forked == 1);
+  // A waiting sample can be cancelled too: it frees its share of the blocks.
+  REQUIRE(s.fork(request_id(7), request_id(8), 5));  // full again (1 and 7 run): 8 waits
+  CHECK(s.cancel(request_id(8)));
+  for (; !s.idle() && it < 100; ++it) (void)step(s, it, &fed, {request_id(1), request_id(7)});
+  CHECK(s.idle());
+  CHECK(s.kv().free_blocks() == s.kv().usable_blocks());
+}

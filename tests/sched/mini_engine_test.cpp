@@ -364,6 +364,7 @@ TEST_CASE("every phase of the one scheduler equals the dense model with swap, re
     CHECK(s.kv().free_blocks() == s.kv().usable_blocks());
     CHECK(s.kv().host_free_blocks() == kc.host_blocks - 1);
     forks[name] += served.forks;
+    CHECK(served.forks_refused == 0);  // a sample made while the batch is full waits: never dropped
     swaps[name] += s.stats().preempted_swap;
     recomputes[name] += s.stats().preempted_recompute;
     cancels[name] += served.cancelled;

@@ -124,6 +124,7 @@ class iteration_scheduler {
     kv_.begin_transaction();
     try {
       budget_ = std::numeric_limits<std::int64_t>::max();  // a phase with a token budget sets it
+      join_forks();
       head_ = find_head();
       steps plan(*this);
       phase_.plan(plan, now);
@@ -241,8 +242,11 @@ class iteration_scheduler {
   /// shares every KV block of the parent (copy-on-write: the first write into a shared partial block
   /// copies it, listed in batch::copies) and continues from the parent's state with first_token as its
   /// latest sampled token instead of the parent's. Call it between complete() and schedule(), for a
-  /// parent that has emitted at least one token. Returns false, changing nothing, when the batch is
-  /// full (max_running) or the KV manager refuses (tenant quota). Throws weft::error, changing nothing,
+  /// parent that has emitted at least one token. A full batch (max_running) does not drop the sample:
+  /// it waits, holding its share of the parent's KV, counted in waiting(), and joins the batch first
+  /// when a running slot frees (when KV runs out meanwhile, it gives way first, preempted like any
+  /// request, and comes back). Returns false, changing nothing, only when the KV manager refuses (a
+  /// tenant quota). Throws weft::error, changing nothing,
   /// for an unknown or not-yet-decoding parent, a child id already used, or a batch in flight. The
   /// child is charged to the parent's client for its output only, and shares the scheduler's copy of
   /// the parent's prompt ids and media. O(R + parent's blocks and tokens).
@@ -335,6 +339,11 @@ class iteration_scheduler {
           kv_, [&] { kv_.free(id); }, [] {});  // its host blocks
       queue_.on_finish(sw->req, sw->generated);
       swapped_.erase(sw);
+    } else if (const auto fk = std::find_if(forked_.begin(), forked_.end(), is); fk != forked_.end()) {
+      detail::in_transaction(
+          kv_, [&] { kv_.free(id); }, [] {});  // its share of the parent's blocks
+      queue_.on_finish(fk->req, fk->generated);
+      forked_.erase(fk);
     } else if (const auto rq = std::find_if(requeued_.begin(), requeued_.end(), is); rq != requeued_.end()) {
       queue_.on_finish(rq->req, rq->generated);  // its KV went at its preemption
       requeued_.erase(rq);
@@ -353,7 +362,8 @@ class iteration_scheduler {
   }
 
   std::size_t waiting() const noexcept {
-    return queue_.size() - held_.cancelled_in_queue() + front_.size() + requeued_.size() + swapped_.size();
+    return queue_.size() - held_.cancelled_in_queue() + front_.size() + requeued_.size() + swapped_.size() +
+           forked_.size();
   }
   std::size_t running() const noexcept { return running_.size(); }
   bool idle() const noexcept { return running_.empty() && waiting() == 0; }
@@ -500,8 +510,9 @@ class iteration_scheduler {
     requeued_erased,    // requeued_[index] was erased; saved holds it
     swapped_inserted,
     swapped_erased,
-    front_erased,  // front_[index] was erased; saved->req holds it
-    queue_popped,  // saved->req was popped from the queue (and charged by on_admit)
+    forked_erased,  // forked_[index] was erased (it joined the batch); saved holds it
+    front_erased,   // front_[index] was erased; saved->req holds it
+    queue_popped,   // saved->req was popped from the queue (and charged by on_admit)
   };
   struct undo_entry {
     undo_kind kind;
@@ -628,8 +639,10 @@ class iteration_scheduler {
     }
   }
 
-  // Preempts the Victim's choice among the live requests after order_[pos]. False when there is none.
+  // Preempts the Victim's choice among the live requests after order_[pos] (a waiting fork first).
+  // False when there is none.
   bool preempt_later(std::size_t pos) {
+    if (preempt_parked_fork()) return true;
     candidates_.clear();
     candidate_slot_.clear();
     for (std::size_t q = pos + 1; q < order_.size(); ++q) {
@@ -818,8 +831,10 @@ class iteration_scheduler {
     }
   }
 
-  // Preempts one running request other than `protect` and the head. False when there is none.
+  // Preempts one running request other than `protect` and the head (a waiting fork first). False when
+  // there is none.
   bool preempt_victim(std::size_t protect) {
+    if (preempt_parked_fork()) return true;
     fill_candidates(protect, false, 0);
     if (candidates_.empty()) return false;
     const std::size_t pick = victim_.choose(std::span<const victim_candidate>(candidates_));
@@ -1153,6 +1168,9 @@ class iteration_scheduler {
         case undo_kind::swapped_erased:
           detail::undo_erase(swapped_, e.index, e.saved);
           break;
+        case undo_kind::forked_erased:
+          detail::undo_erase(forked_, e.index, e.saved);
+          break;
         case undo_kind::front_erased:
         case undo_kind::queue_popped:
           detail::undo_take(front_, e.saved->req);
@@ -1196,7 +1214,8 @@ class iteration_scheduler {
     expects((first_token != nullptr) == with_tokens(*it), errc::invalid_argument, where, "request ", parent,
             with_tokens(*it) ? " carries token ids: fork it with the child's first token"
                              : " is counted by length: fork it without a token");
-    if (live_running() >= phase_.max_running()) return false;
+    // A full batch does not drop the sample: it waits, holding its share of the parent's KV.
+    const bool park = live_running() >= phase_.max_running();
     const std::size_t p = static_cast<std::size_t>(it - running_.begin());
     // Everything that can throw before the KV manager changes: the child's slot and room for it.
     slot c = running_[p];
@@ -1206,7 +1225,7 @@ class iteration_scheduler {
     c.preemptions = 0;
     c.tokens.clear();
     slot parent_before = running_[p];
-    detail::reserve_more(running_, 1);
+    detail::reserve_more(park ? forked_ : running_, 1);
     held_.share(parent, c.req);  // the child views the parent's prompt copy
     kv_.begin_transaction();
     bool ok = false;
@@ -1236,9 +1255,39 @@ class iteration_scheduler {
     if (first_token != nullptr) c.pending = *first_token;
     c.pending_in_kv = false;
     queue_.on_admit(c.req);
-    running_.push_back(std::move(c));
-    ++running_version_;
+    if (park) {
+      forked_.push_back(std::move(c));
+    } else {
+      running_.push_back(std::move(c));
+      ++running_version_;
+    }
     ++stats_.forked;
+    return true;
+  }
+
+  // Forked samples that waited for room join the running batch, oldest fork first, while the running
+  // cap allows (undo-logged). They decode in this iteration's decode step.
+  void join_forks() {
+    while (!forked_.empty() && live_running() < phase_.max_running()) unpark(0);
+  }
+  // Moves forked_[k] to the back of running_ (undo-logged).
+  void unpark(std::size_t k) {
+    detail::reserve_more(running_, 1);
+    undo_.reserve(2);
+    undo_.next().saved = forked_[k];  // the only throw, before the entry counts
+    undo_.push(undo_kind::forked_erased, k);
+    undo_.push(undo_kind::running_pushed, 0);
+    running_.push_back(std::move(forked_[k]));
+    forked_.erase(forked_.begin() + static_cast<std::ptrdiff_t>(k));
+    ++running_version_;
+  }
+  // When KV runs out, a forked sample still waiting for room gives way first (it is not running; it
+  // holds its share of blocks): preempted like any request, so it comes back and is never dropped.
+  // False when none waits.
+  bool preempt_parked_fork() {
+    if (forked_.empty()) return false;
+    unpark(forked_.size() - 1);
+    preempt(running_.size() - 1);
     return true;
   }
 
@@ -1250,12 +1299,14 @@ class iteration_scheduler {
   batch previous_;  // the batch before batch_, kept to restore last_batch() when schedule() fails
   scheduler_stats stats_;
   // Invariants: running_ holds admitted requests in admission order (dead ones only inside schedule);
-  // requeued_ and swapped_ are sorted by descending rank (best at the back); front_ holds requests a
+  // requeued_ and swapped_ are sorted by descending rank (best at the back); forked_ holds forks made
+  // while the batch was full, oldest first, each holding KV and in decode; front_ holds requests a
   // failed schedule() took from the queue, oldest first; entry_slot_[k] is the running_ index of
-  // batch_.entries[k]; held_ holds every request waiting, running or swapped out here.
+  // batch_.entries[k]; held_ holds every request waiting, running, swapped out or forked here.
   std::vector<slot> running_;
   std::vector<slot> requeued_;
   std::vector<slot> swapped_;
+  std::vector<slot> forked_;  // forked samples waiting for room in the batch, oldest first; they hold KV
   std::vector<request> front_;
   detail::request_store held_;  // every request here, with its prompt ids and media (copied at submit)
   std::vector<std::size_t> entry_slot_;
