@@ -16,11 +16,13 @@
 #include <weft/sched/continuous_batching.hpp>  // named settings, once defined here
 #include <weft/sched/detail/completion.hpp>
 #include <weft/sched/detail/reserve_more.hpp>
+#include <weft/sched/detail/scheduler_slot.hpp>
 #include <weft/sched/detail/submission.hpp>
 #include <weft/sched/detail/undo_log.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/scheduler_options.hpp>
+#include <weft/sched/scheduler_steps.hpp>
 #include <weft/sched/stall_free_phase.hpp>
 #include <weft/sched/victim_policy.hpp>
 
@@ -37,13 +39,14 @@
 
 namespace weft::sched {
 
-/// The batch scheduler. Each schedule(now) runs the Phase's plan over the scheduler's steps (see
-/// steps below). The default, stall_free_phase: (1) every running decode gets one token, in admission
+/// The batch scheduler. Each schedule(now) runs the Phase's plan over the scheduler's steps
+/// (scheduler_steps.hpp). The default, stall_free_phase: (1) every running decode gets one token, in admission
 /// order; (2) swapped-out requests come back while KV allows; (3) partial prefills continue; (4)
 /// preempted and then queued requests are admitted (the Queue decides the order among clients) while
 /// the batch, the token budget and KV allow. prefill_first_phase (vLLM v0) and layered_phase (layered
 /// prefill) are the other two; prefill_first_scheduler and layered_prefill_scheduler name them. When KV
-/// cannot grow, a victim (Victim policy) is preempted, by recompute or swap (the phase's option).
+/// cannot grow, a victim (Victim policy) is preempted, by recompute or swap (the phase's option); forks
+/// made while the batch is full wait for room and join first.
 ///
 /// The engine loop: submit() requests (with their prompt token ids, which the scheduler copies; or,
 /// in simulation, counted_by_length); each iteration b = schedule(now); run b.copies in order, then the
@@ -67,7 +70,8 @@ namespace weft::sched {
 /// at the front of the line, and the next schedule() admits them first, as the failed call would have.
 ///
 /// Not thread-safe (one engine loop owns it). schedule O(R + A log W) (R running, A admitted, W waiting,
-/// plus the Queue's and KV manager's costs); complete O(E + F * E) (E batch entries, F finished).
+/// plus the Queue's and KV manager's costs; O(R log R) more under the arrival-order phases); complete
+/// O(E + F * E) with the decoded tokens in entry order (E batch entries, F finished).
 template <fair_queue Queue = fcfs_queue, kv_manager KV = weft::kv::kv_manager<>,
           victim_policy Victim = latest_arrival_victim, scheduler_phase Phase = stall_free_phase>
 class iteration_scheduler {
@@ -76,7 +80,8 @@ class iteration_scheduler {
   using kv_type = KV;
   using phase_type = Phase;
   using options_type = typename Phase::options_type;
-  class steps;
+  /// What a Phase's plan() is given: the scheduler's steps (scheduler_steps.hpp).
+  using steps = scheduler_steps<iteration_scheduler>;
 
   /// Throws weft::error(invalid_argument), from the Phase, for bad options.
   explicit iteration_scheduler(options_type o = {}, Queue q = Queue{}, KV kv = KV{}, Victim v = Victim{})
@@ -386,142 +391,15 @@ class iteration_scheduler {
     return static_cast<std::int64_t>(kv_.cached_prefix_tokens(r.prompt, kv_request_options(r)));
   }
 
-  /// What a Phase's plan() is made of: the scheduler's steps, each keeping every invariant (the undo
-  /// log, the KV transaction, the running cap, preemption by the Victim in the phase's mode). A plan
-  /// calls them in its phase order (see stall_free_phase, prefill_first_phase, layered_phase and, for a
-  /// user-written phase, tests/sched/archetype_test.cpp). Valid only inside plan(). Not thread-safe.
-  class steps {
-   public:
-    /// A request whole-prompt admission considers: its prefill target, where its prefill would start
-    /// (after the cached prefix) and the cached prefix tokens the KV manager holds for it.
-    struct candidate {
-      std::int64_t target = 0;
-      std::int64_t start = 0;
-      std::int64_t cached = 0;
-    };
-
-    /// Requests holding device KV now. O(1).
-    std::size_t live() const noexcept { return s_.live_running(); }
-    /// The batch built so far (its prefill_tokens, its entries). O(1).
-    const batch& current() const noexcept { return s_.batch_; }
-    const KV& kv() const noexcept { return s_.kv_; }
-    /// Requests preempted by recompute and waiting to run again / swapped out to the host tier. O(1).
-    bool has_preempted() const noexcept { return !s_.requeued_.empty(); }
-    bool has_swapped() const noexcept { return !s_.swapped_.empty(); }
-    /// True while a layered prefill has run some but not all of its groups. O(R).
-    bool prefill_in_flight() const noexcept { return s_.prefill_in_flight(); }
-    /// Slots of the running set (admissions append: the index of the next admitted one). O(1).
-    std::size_t running_slots() const noexcept { return s_.running_.size(); }
-
-    /// Tokens this iteration may still compute (default: no limit). O(1).
-    void set_token_budget(std::int64_t tokens) noexcept { s_.budget_ = tokens; }
-    /// Stall-free: every running decode gets its token, the head first, then in admission order; a
-    /// decode that cannot grow preempts any request but the head (the head aborts if alone). O(R).
-    void decode_head_first() { s_.decode_head_first(); }
-    /// Swapped-out requests come back, best rank first, while the cache takes them (each decodes now
-    /// if it can grow); with inter_tenant, not while a waiting request of higher priority would evict
-    /// it again. O(resumed).
-    void resume_swapped(double now, bool inter_tenant) { s_.resume_swapped(now, inter_tenant); }
-    /// Stall-free: partial prefills continue, the head's first; in chunks of the budget if chunked.
-    void continue_prefills(bool chunked) { s_.continue_prefills(chunked); }
-    /// Stall-free admission: preempted, then queued requests, in chunks of the budget if chunked
-    /// (else whole, within orca_budget after an iteration's first prefill), while the cap, the budget
-    /// and the KV cache allow; with inter_tenant, by swapping out lower-priority requests.
-    void admit_chunks(double now, bool chunked, std::int64_t orca_budget, bool inter_tenant) {
-      s_.admit_chunks(now, chunked, orca_budget, inter_tenant);
-    }
-    /// Every running request past its prefill decodes one token, oldest arrival first; a request that
-    /// cannot grow preempts the Victim's choice among later arrivals, or gives way itself. O(R log R).
-    void decode_in_arrival_order() { s_.decode_in_arrival_order(); }
-    /// Whole-prompt admission (preempted, then queued requests) while the cap allows, gate(candidate)
-    /// returns true and the KV cache holds the whole prompt; after(i) runs for each admitted request
-    /// (running index i); a preempted request that outgrew the whole cache alone is aborted.
-    template <class Gate, class After>
-    void admit_whole(double now, Gate&& gate, After&& after) {
-      s_.admit_whole(now, std::forward<Gate>(gate), std::forward<After>(after));
-    }
-    /// The prompt tokens running_[i] still has to prefill (0 past its prefill). O(1).
-    std::int64_t prefill_left(std::size_t i) const noexcept { return s_.running_[i].target - s_.running_[i].done; }
-    /// Adds running_[i]'s whole remaining prefill to the batch, through every layer. O(1).
-    void prefill_whole(std::size_t i) { s_.add_entry(i, prefill_left(i), 0); }
-    /// Layered prefill: the prefills in flight run their next layer group (range_of(groups, group)).
-    template <class RangeOf>
-    void advance_layer_groups(RangeOf&& range_of) {
-      s_.advance_layer_groups(std::forward<RangeOf>(range_of));
-    }
-    /// Layered prefill: requests admitted from running index first_new on start their first of
-    /// `groups` layer groups; one whose KV arrived ready decodes if it can grow.
-    template <class RangeOf>
-    void start_layer_groups(std::size_t first_new, int groups, RangeOf&& range_of) {
-      s_.start_layer_groups(first_new, groups, std::forward<RangeOf>(range_of));
-    }
-
-   private:
-    friend class iteration_scheduler;
-    explicit steps(iteration_scheduler& s) noexcept : s_(s) {}
-    iteration_scheduler& s_;
-  };
-
  private:
-  static constexpr std::uint32_t fresh_capacity = 15;
-  // Fields in the order a decode step touches them: the scheduling state and copies of the request's
-  // hot fields first (two cache lines), then the fresh ids, then the request itself and the rarely
-  // used buffers. bind() keeps the copies equal to the request.
-  struct slot {
-    std::int64_t target = 0;     // tokens to prefill before decoding: prompt (+ generated, after recompute)
-    std::int64_t done = 0;       // tokens whose KV is computed
-    std::int64_t generated = 0;  // output tokens produced while in this scheduler
-    std::int64_t reported = -1;  // computed tokens last reported to the KV manager (-1: report at once)
-    // Decode steps inside the request's private room need no KV call: the KV manager hears of their
-    // ids (fresh, kept inline so the slots stay contiguous) at the next block boundary, when fresh is
-    // full, or at a fork, preemption or finish ("sync"). Invariants: the KV manager holds `synced`
-    // slots and the ids of the first synced tokens (plus pending when pending_in_kv); fresh holds the
-    // ids of tokens [synced, done) when !pending_in_kv.
-    std::int64_t synced = 0;  // tokens with a slot in the KV manager
-    std::int64_t room = 0;    // tokens the request's private blocks hold (0: ask the KV manager)
-    std::uint32_t fresh_count = 0;
-    token_id pending = 0;  // the latest sampled token: the next decode step's input
-    int preemptions = 0;
-    bool pending_in_kv = false;  // the KV manager already holds pending (a slot was given to it)
-    bool alive = true;
-    bool with_ids = false;  // copy of !req.prompt.empty()
-    client_id client{};     // copy of req.client
-    request_id id{};        // copy of req.id
-    double arrival_s = 0;   // copy of req.arrival_s
-    std::array<token_id, fresh_capacity> fresh{};
-    int group = 0;   // layered prefill: the next layer group to run (0: not started)
-    int groups = 1;  // layered prefill: the groups its prefill is split into
-    request req;
-    std::vector<token_id> tokens;  // after a recompute preemption: every id to prefill again
-  };
-  static void bind(slot& s) noexcept {
-    s.with_ids = !s.req.prompt.empty();
-    s.client = s.req.client;
-    s.id = s.req.id;
-    s.arrival_s = s.req.arrival_s;
-  }
+  friend steps;
 
-  // One entry of schedule()'s undo log (detail::undo_log: applied newest first on failure).
-  enum class undo_kind : std::uint8_t {
-    slot_saved,         // running_[index] changed; saved holds it before
-    sync_saved,         // running_[index]'s sync state changed; synced, room, pending_in_kv, fresh_count hold it
-    running_pushed,     // a slot was appended to running_
-    requeued_inserted,  // requeued_[index] was inserted
-    requeued_erased,    // requeued_[index] was erased; saved holds it
-    swapped_inserted,
-    swapped_erased,
-    forked_erased,  // forked_[index] was erased (it joined the batch); saved holds it
-    front_erased,   // front_[index] was erased; saved->req holds it
-    queue_popped,   // saved->req was popped from the queue (and charged by on_admit)
-  };
-  struct undo_entry {
-    undo_kind kind;
-    std::size_t index = 0;
-    std::optional<slot> saved;
-    std::int64_t synced = 0, room = 0;
-    bool pending_in_kv = false;
-    std::uint32_t fresh_count = 0;
-  };
+  // The running set's element and the undo log's entry (detail/scheduler_slot.hpp).
+  using slot = detail::scheduler_slot;
+  using undo_kind = detail::slot_undo;
+  using undo_entry = detail::slot_undo_entry;
+  static constexpr std::uint32_t fresh_capacity = detail::fresh_capacity;
+  static void bind(slot& s) noexcept { detail::bind(s); }
 
   static bool in_decode(const slot& s) noexcept { return s.done >= s.target; }
   // A decode step that needs no KV call: its slot is in the request's private room and its input id
@@ -681,7 +559,7 @@ class iteration_scheduler {
       std::int64_t cached = 0;
       if (!ids.empty() && s.done < s.target) cached = static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
       const std::int64_t start = s.done < s.target ? std::max(s.done, std::min(cached, s.target - 1)) : s.done;
-      if (!gate(typename steps::candidate{s.target, start, cached})) return;
+      if (!gate(admission_candidate{s.target, start, cached})) return;
       const auto slots = static_cast<std::size_t>(s.target);  // the whole prompt's KV now
       auto alloc = ids.empty() ? kv_.allocate_prompt(s.req.id, slots, options, slots)
                                : kv_.allocate_prompt(s.req.id, ids, options, slots);

@@ -55,11 +55,22 @@ std::size_t check_completion(const batch& b, std::span<const request_id> finishe
               errc::invalid_argument, where, "request ", id, " is listed as finished twice");
     }
   }
-  // The tokens, by id: the common list (one per emitting entry, in entry order) in one pass.
-  token_at.assign(n, no_token);
+  // The tokens, by id: the common list (one per emitting entry, in entry order) is matched and checked
+  // in one pass; anything else takes the general path below, which also names what is wrong.
+  token_at.resize(n);
   std::size_t j = 0;
-  for (std::size_t k = 0; k < n && j < decoded.size(); ++k)
-    if (decoded[j].id == b.entries[k].id) token_at[k] = j++;
+  bool clean = true;
+  for (std::size_t k = 0; k < n; ++k) {
+    const batch_entry& e = b.entries[k];
+    if (j < decoded.size() && decoded[j].id == e.id) {
+      token_at[k] = j++;
+      clean = clean && e.emits_token;
+    } else {
+      token_at[k] = no_token;
+      clean = clean && (!e.emits_token || is_done[k] || !carries_ids(k));
+    }
+  }
+  if (clean && j == decoded.size()) return found;
   if (j != decoded.size()) {
     // Another order (or a stray token): match through the sorted ids, naming what does not fit.
     sorted.clear();
