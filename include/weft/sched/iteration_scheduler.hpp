@@ -222,8 +222,9 @@ class iteration_scheduler {
       // The decode step computed the KV of its input token: its id joins the unsynced ones.
       if (e.decode_tokens > 0 && with_tokens(s) && !s.pending_in_kv) s.fresh[s.fresh_count++] = s.pending;
       s.done = done;
-      // A layer group short of the last layer: the request's next entry runs its next group.
-      s.group = e.layers.reaches_output() ? 0 : s.group + 1;
+      // A layer group short of the last layer: the request's next entry runs its next group. (An entry
+      // over every layer leaves group alone: it is 0 then, and the field is off the decode's cache lines.)
+      if (!e.layers.all()) s.group = e.layers.reaches_output() ? 0 : s.group + 1;
       if (e.emits_token) {
         ++s.generated;
         queue_.on_tokens(s.req, 1);
