@@ -60,6 +60,8 @@ std::vector<ws::request> make_requests(std::size_t n, std::uint64_t seed, bool w
     if (with_ids)
       out[i].prompt = std::span<const ws::token_id>(pool).subspan((i * 7919) % (pool.size() - 600),
                                                                   static_cast<std::size_t>(out[i].prompt_tokens));
+    else
+      out[i].counted_by_length = true;
   }
   return out;
 }
@@ -77,12 +79,13 @@ cost measure(Queue q, std::size_t churn, bool with_ids) {
   std::size_t next = 0;
   for (; next < running + waiting; ++next) (void)s.submit(reqs[next], 0.0);
   std::vector<ws::request_id> finished;
-  std::vector<ws::token_id> decoded;
-  // The engine's sampled tokens: any ids (their values do not change the decisions).
+  std::vector<ws::decoded_token> decoded;
+  // The engine's sampled tokens, in entry order: any ids (their values do not change the decisions).
   auto sample = [&](const ws::batch& b) {
-    decoded.resize(b.entries.size());
-    for (std::size_t k = 0; k < b.entries.size(); ++k)
-      decoded[k] = static_cast<ws::token_id>((b.entries[k].id.value() * 31 + b.entries[k].context_tokens) % 32000);
+    decoded.clear();
+    for (const ws::batch_entry& e : b.entries)
+      if (e.emits_token)
+        decoded.push_back({e.id, static_cast<ws::token_id>((e.id.value() * 31 + e.context_tokens) % 32000)});
   };
   // Warm up until the batch is full and every running request decodes.
   for (int i = 0; i < 100000; ++i) {

@@ -110,10 +110,14 @@ int main(int argc, char** argv) {
               r.outputs.size(), static_cast<unsigned long long>(r.forks), static_cast<unsigned long long>(r.iterations),
               static_cast<unsigned long long>(r.computed_tokens), r.forward_seconds,
               static_cast<double>(r.computed_tokens) / r.forward_seconds);
-  std::printf("prefix cache: %.1f%% of prompt tokens hit (%llu of %llu); %llu copy-on-write copies\n",
-              100.0 * prefix.hit_rate(), static_cast<unsigned long long>(prefix.hit_tokens),
-              static_cast<unsigned long long>(prefix.queried_tokens),
-              static_cast<unsigned long long>(r.copies_on_write));
+  // The KV manager counts every allocation, re-admissions after a recompute too (which mostly hit what
+  // they published themselves); the scheduler's counters keep first admissions apart.
+  std::printf(
+      "prefix cache: %.1f%% of first admissions' prompt tokens hit (%llu of %llu); %.1f%% counting "
+      "re-admissions (%llu re-admitted); %llu copy-on-write copies\n",
+      100.0 * st.first_admission_hit_rate(), static_cast<unsigned long long>(st.first_admission_cached_tokens),
+      static_cast<unsigned long long>(st.first_admission_prompt_tokens), 100.0 * prefix.hit_rate(),
+      static_cast<unsigned long long>(st.readmitted), static_cast<unsigned long long>(r.copies_on_write));
   std::printf("preemptions: %llu by recompute, %llu by swap (%llu swapped back in)\n",
               static_cast<unsigned long long>(st.preempted_recompute),
               static_cast<unsigned long long>(st.preempted_swap), static_cast<unsigned long long>(st.swapped_in));

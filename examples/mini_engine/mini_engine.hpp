@@ -9,9 +9,11 @@
 // The engine loop (serve(), below) is what a user copies:
 //   b = sched.schedule(now)                      what runs this iteration
 //   run b.copies in order                        swap-outs, swap-ins, host-tier prefix hits, copy-on-write
-//   forward(b.entries)                           ids: kv.tokens(id) for prefill, entry.token for a decode;
-//                                                K/V written to and read from kv.blocks(id)'s slots
-//   sched.complete(finished, sampled)            feeds the sampled tokens back; computed KV gets published
+//   in = build_paged_attention_inputs(b, kv)     the kernel's arrays: input ids, positions, slot mapping,
+//                                                block table, sequence lengths, logits indices
+//   forward(in)                                  K/V written to in.slot_mapping, read through in.block_table
+//   sched.complete(finished, decoded)            feeds the sampled {id, token} back; computed KV gets published
+//   sched.cancel(id)                             between iterations, for a client that went away
 //
 // It also runs layered prefill (weft::sched::layered_prefill_scheduler; Lee et al., arXiv 2510.08055,
 // 2025): an entry whose `layers` is a group [a, b) of the model's layers runs only those layers, starting
@@ -21,6 +23,7 @@
 #include <weft/core/random.hpp>
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/paged_attention_inputs.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -351,15 +354,18 @@ struct tenant_stats {
 };
 
 struct serve_result {
-  std::map<request_id, std::vector<token_id>> outputs;  // every finished request's generated tokens
+  std::map<request_id, std::vector<token_id>> outputs;  // every finished (or cancelled) request's generated tokens
   std::map<request_id, request_spec> specs;             // what each request (turn, fork) asked for
   std::map<tenant_id, tenant_stats> tenants;
-  std::uint64_t iterations = 0, computed_tokens = 0, forks = 0, copies_on_write = 0, swap_ins = 0;
+  std::uint64_t iterations = 0, computed_tokens = 0, forks = 0, copies_on_write = 0, swap_ins = 0, cancelled = 0;
+  std::uint64_t forks_refused = 0;  // parallel samples the scheduler refused (only a KV quota can)
   double forward_seconds = 0.0;
 };
 
 // A request as the workload describes it: who, when, what; `samples` parallel samples share its
-// prompt (forks); `turns` follow-up turns each extend the conversation by its answer and `follow_up`.
+// prompt (forks); `turns` follow-up turns each extend the conversation by its answer and `follow_up`;
+// a client that goes away at iteration `cancel_at` (>= 0) cancels it wherever it is then (waiting,
+// prefilling, swapped out or decoding), keeping the tokens it had.
 struct workload_request {
   request_id id;
   tenant_id tenant;
@@ -369,6 +375,7 @@ struct workload_request {
   int samples = 1;
   int turns = 1;
   std::vector<token_id> follow_up;
+  double cancel_at = -1.0;
 };
 
 // The engine: runs one scheduled batch through the model over the paged KV tensor.
@@ -376,6 +383,9 @@ template <class Sched>
 class engine {
  public:
   engine(const model& m, Sched& s, kv_tensor& kv, faults f = {}) : m_(m), s_(s), kv_(kv), f_(f) {}
+
+  // A cancelled request: the hidden states a layered prefill left for its next group go.
+  void forget(request_id id) { held_.erase(id); }
 
   // Runs b's copies (in order), then its forward pass; fills sampled (one token per entry; -1 where
   // nothing is emitted) and, for entries that emit, their top tokens (parallel samples need them).
@@ -396,19 +406,20 @@ class engine {
           break;
       }
     }
-    const auto& kvm = s_.kv();
-    const std::size_t bs = kvm.block_size(), d = static_cast<std::size_t>(m_.width());
-    // Every token of the step: its request, position, id and residual vector.
+    // The paged-attention kernel's inputs, as vLLM and FlashInfer take them: every token of the step
+    // (its entry, position and id), where its K and V go, and each entry's block-table row.
+    weft::sched::build_paged_attention_inputs(b, s_.kv(), in_);
+    const auto bs = static_cast<std::size_t>(in_.block_size), d = static_cast<std::size_t>(m_.width());
+    const auto row_width = static_cast<std::size_t>(in_.max_blocks);
     tokens_.clear();
     first_.assign(b.entries.size(), 0);
     for (std::size_t e = 0; e < b.entries.size(); ++e) {
       const auto& en = b.entries[e];
       if (!en.layers.all() && en.layers.of != m_.layers())
         throw std::invalid_argument("mini_engine: a batch entry's layer range is not over the model's layers");
-      const auto ids = kvm.tokens(en.id);
-      first_[e] = tokens_.size();
-      for (std::int64_t p = en.first_position(); p < en.context_tokens; ++p)
-        tokens_.push_back({e, p, en.decode_tokens > 0 ? en.token : ids[static_cast<std::size_t>(p)]});
+      first_[e] = static_cast<std::size_t>(in_.query_start_loc[e]);
+      for (auto t = first_[e]; t < static_cast<std::size_t>(in_.query_start_loc[e + 1]); ++t)
+        tokens_.push_back({e, in_.positions[t], in_.input_ids[t]});
     }
     x_.resize(tokens_.size() * d);
     q_.resize(x_.size());
@@ -435,20 +446,19 @@ class engine {
       // All of this step's K and V first, into their slots; then attention, which reads them.
       for (std::size_t t = 0; t < tokens_.size(); ++t) {
         if (!runs(t, l)) continue;
-        const auto blocks = kvm.blocks(b.entries[tokens_[t].entry].id);
-        const auto pos = static_cast<std::size_t>(tokens_[t].pos);
-        const weft::kv::block_id blk = blocks[pos / bs];
-        m_.qkv(l, &x_[t * d], tokens_[t].pos, &q_[t * d], kv_.k(blk, layer, pos % bs), kv_.v(blk, layer, pos % bs),
+        const auto slot = static_cast<std::size_t>(in_.slot_mapping[t]);
+        const weft::kv::block_id blk(static_cast<std::uint32_t>(slot / bs));
+        m_.qkv(l, &x_[t * d], tokens_[t].pos, &q_[t * d], kv_.k(blk, layer, slot % bs), kv_.v(blk, layer, slot % bs),
                scratch_.data());
       }
       for (std::size_t t = 0; t < tokens_.size(); ++t) {
         if (!runs(t, l)) continue;
-        const auto blocks = kvm.blocks(b.entries[tokens_[t].entry].id);
+        const std::int32_t* row = in_.block_table.data() + tokens_[t].entry * row_width;
         m_.attend(
             &q_[t * d], tokens_[t].pos + 1,
             [&](std::int64_t j) {
               const auto pos = static_cast<std::size_t>(j);
-              const weft::kv::block_id blk = blocks[pos / bs];
+              const weft::kv::block_id blk(static_cast<std::uint32_t>(row[pos / bs]));
               return std::pair<const float*, const float*>(kv_.k(blk, layer, pos % bs), kv_.v(blk, layer, pos % bs));
             },
             &att_[t * d], scores_);
@@ -468,16 +478,16 @@ class engine {
                           x_.begin() + static_cast<std::ptrdiff_t>((first_[e] + n) * d));
     }
     stats.computed_tokens += tokens_.size();
-    // Sampling: the last token of each emitting entry.
+    // Sampling: each emitting entry's last token (in.logits_indices).
     sampled.assign(b.entries.size(), -1);
     top.assign(b.entries.size(), {});
     logits_.resize(static_cast<std::size_t>(m_.vocab()));
-    for (std::size_t t = 0; t < tokens_.size(); ++t) {
-      const auto& en = b.entries[tokens_[t].entry];
-      if (!en.emits_token || tokens_[t].pos + 1 != en.context_tokens) continue;
+    for (std::size_t e = 0; e < b.entries.size(); ++e) {
+      if (in_.logits_indices[e] < 0) continue;
+      const auto t = static_cast<std::size_t>(in_.logits_indices[e]);
       m_.logits(&x_[t * d], logits_.data(), scratch_.data());
-      top[tokens_[t].entry] = top_tokens(logits_, top_k);
-      sampled[tokens_[t].entry] = top[tokens_[t].entry][0];
+      top[e] = top_tokens(logits_, top_k);
+      sampled[e] = top[e][0];
     }
   }
 
@@ -492,6 +502,7 @@ class engine {
   kv_tensor& kv_;
   faults f_;
   std::vector<step_token> tokens_;
+  weft::sched::paged_attention_inputs in_;
   std::vector<std::size_t> first_;                 // first_[e]: index in tokens_ of entry e's first token
   std::map<request_id, std::vector<float>> held_;  // layered prefills between groups: their residuals
   std::vector<float> x_, q_, att_, scratch_, scores_, mlp_, logits_;
@@ -506,8 +517,9 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
   serve_result res;
   engine<Sched> eng(m, s, kv, f);
   std::sort(work.begin(), work.end(), [](const auto& a, const auto& b) { return a.arrival < b.arrival; });
-  // Every request's prompt and media stay alive to the end: the scheduler holds spans of them (a
-  // fork's child shares its parent's), so nothing is erased while it runs.
+  // The scheduler copies a request's prompt ids and media at submit, so the workload entry a request
+  // is submitted from may go at once (a follow-up turn's is erased right after); `live` keeps what the
+  // engine itself needs: the prompt for the next turn, the tokens so far.
   struct live {
     workload_request w;
     std::vector<token_id> prompt;
@@ -526,23 +538,35 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
   for (const auto& w : work) top_k = std::max(top_k, w.samples);
   auto submit = [&](const workload_request& w, std::uint64_t it) {
     live l{w, w.spec.prompt, {}, w.samples > 1, false};
-    auto [pos, inserted] = active.emplace(w.id, std::move(l));
+    active.emplace(w.id, std::move(l));
     weft::sched::request r;
     r.id = w.id;
     r.client = w.tenant;
-    r.prompt = pos->second.prompt;
+    r.prompt = w.spec.prompt;
     r.prompt_tokens = static_cast<std::int64_t>(r.prompt.size());
     r.max_output_tokens = w.spec.max_new;
     r.arrival_s = static_cast<double>(it);
     r.cache_salt = w.cache_salt;
     r.adapter_id = w.spec.adapter;
-    r.media = pos->second.w.spec.media;
+    r.media = w.spec.media;
     res.specs[w.id] = w.spec;
     ++res.tenants[w.tenant].requests;
     if (!s.submit(r, static_cast<double>(it)))
       throw std::runtime_error("mini_engine: a request can never fit the cache");
   };
+  std::vector<weft::sched::decoded_token> decoded;
   for (std::uint64_t it = 0; it < max_iterations; ++it) {
+    // Clients that go away now: their requests end wherever they are; the tokens so far are kept.
+    for (auto& [id, l] : active) {
+      if (l.done || l.w.cancel_at < 0 || l.w.cancel_at > static_cast<double>(it)) continue;
+      if constexpr (requires(Sched & x, request_id a) { x.cancel(a); }) {
+        if (!s.cancel(id)) throw std::runtime_error("mini_engine: cancel() did not find a live request");
+        eng.forget(id);
+        l.done = true;
+        res.outputs[id] = l.out;
+        ++res.cancelled;
+      }
+    }
     while (next < work.size() && work[next].arrival <= static_cast<double>(it)) submit(work[next++], it);
     for (std::size_t i = 0; i < later.size();) {
       if (later[i].arrival <= static_cast<double>(it)) {
@@ -566,19 +590,21 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
     eng.run(b, res.specs, sampled, top, top_k, res);
     res.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     finished.clear();
+    decoded.clear();
     std::vector<std::pair<request_id, std::vector<token_id>>> forks;
     for (std::size_t e = 0; e < b.entries.size(); ++e) {
       const auto& en = b.entries[e];
       if (!en.emits_token) continue;
       live& l = active.at(en.id);
       l.out.push_back(sampled[e]);
+      decoded.push_back({en.id, sampled[e]});
       ++res.tenants[l.w.tenant].tokens;
       if (static_cast<int>(l.out.size()) == l.w.spec.max_new)
         finished.push_back(en.id);
       else if (l.fork_pending)
         forks.emplace_back(en.id, top[e]);
     }
-    s.complete(finished, sampled);
+    s.complete(finished, decoded);
     // Parallel samples: after the prompt's first token, each sample continues from the next-best one.
     for (auto& [parent, best] : forks) {
       live& p = active.at(parent);
@@ -586,7 +612,11 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
       for (int k = 1; k < p.w.samples && static_cast<std::size_t>(k) < best.size(); ++k) {
         const request_id child(next_id++);
         if constexpr (requires(Sched & x, request_id a, token_id t) { x.fork(a, a, t); }) {
-          if (!s.fork(parent, child, best[static_cast<std::size_t>(k)])) continue;  // batch full: no sample
+          // A full batch does not drop the sample (it waits for room); only a KV quota refuses one.
+          if (!s.fork(parent, child, best[static_cast<std::size_t>(k)])) {
+            ++res.forks_refused;
+            continue;
+          }
         } else {
           continue;  // a scheduler without fork(): no parallel samples
         }
@@ -594,6 +624,7 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
         c.w.id = child;
         c.w.samples = 1;
         c.w.turns = 1;
+        c.w.cancel_at = -1.0;  // a cancelled parent's samples go on
         c.out = {best[static_cast<std::size_t>(k)]};
         c.w.spec.first_rank = k;
         res.specs[child] = c.w.spec;

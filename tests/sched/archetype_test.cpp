@@ -53,6 +53,68 @@ TEST_CASE("the scheduler runs on archetype policies", "[sched][archetype]") {
   CHECK(s.kv().st.used == 0);
 }
 
+// The weakest scheduler_phase: a user-written phase built from the scheduler's steps alone — running
+// decodes oldest first, then whole prompts admitted and prefilled at once — with its running cap as
+// its whole options. Swap, recompute, forks and cancellation come from the scheduler, not the phase.
+#include <weft/sched/layered_prefill.hpp>
+#include <weft/sched/prefill_first_scheduler.hpp>
+
+namespace {
+struct min_phase {
+  using options_type = std::size_t;  // max_running
+  explicit min_phase(const std::size_t& max_running) : max_running_(max_running) {}
+  const std::size_t& options() const noexcept { return max_running_; }
+  std::size_t max_running() const noexcept { return max_running_; }
+  preemption_mode preemption() const noexcept { return preemption_mode::recompute; }
+  bool accepts(const request&) const noexcept { return true; }
+  static constexpr bool ranks_by_preemptions = false;
+  static constexpr bool batches_decoded_ids = false;
+  template <class Steps>
+  void plan(Steps& s, double now) const {
+    s.decode_in_arrival_order();
+    s.admit_whole(
+        now, [](const typename Steps::candidate&) { return true; },
+        [&](std::size_t i) {
+          if (s.prefill_left(i) > 0) s.prefill_whole(i);
+        });
+  }
+  std::size_t max_running_;
+};
+}  // namespace
+
+static_assert(scheduler_phase<min_phase>);
+static_assert(scheduler_phase<stall_free_phase>);
+static_assert(scheduler_phase<prefill_first_phase>);
+static_assert(scheduler_phase<layered_phase>);
+static_assert(!scheduler_phase<int>);
+static_assert(batch_scheduler<iteration_scheduler<min_queue, min_kv, min_victim, min_phase>>);
+
+TEST_CASE("the scheduler runs a user-written phase on archetype policies", "[sched][archetype][phase]") {
+  min_kv kv;
+  kv.capacity = 300;  // 20 requests of up to 160 tokens, 6 at a time: preemption by recompute is needed
+  iteration_scheduler<min_queue, min_kv, min_victim, min_phase> s(6, min_queue{}, kv);
+  CHECK(s.options() == 6);
+  std::vector<weft_test::job> jobs;
+  for (std::uint64_t i = 1; i <= 20; ++i) {
+    weft_test::job j;
+    j.req.id = request_id(i);
+    j.req.client = client_id(0);
+    j.req.prompt_tokens = static_cast<std::int64_t>(40 + (i * 7) % 60);
+    j.output = static_cast<std::int64_t>(10 + (i * 13) % 50);
+    jobs.push_back(j);
+  }
+  std::size_t most = 0;
+  const auto out =
+      weft_test::run_jobs(s, jobs, [&](const batch&, auto& sched) { most = std::max(most, sched.running()); });
+  CHECK(out.completed == 20);
+  CHECK(out.aborted == 0);
+  CHECK(most <= 6);
+  CHECK(s.stats().preempted_recompute > 0);
+  CHECK(s.stats().readmitted == s.stats().preempted_recompute);
+  CHECK(s.idle());
+  CHECK(s.kv().st.used == 0);
+}
+
 #include <weft/sched/any_batch_scheduler.hpp>
 #include <weft/sched/vtc_queue.hpp>
 
@@ -164,7 +226,7 @@ class hooked_scheduler {
   explicit hooked_scheduler(std::unique_ptr<inner_t> inner) : inner_(std::move(inner)) {}
   bool submit(const request& r, double now) { return inner_->submit(r, now); }
   const batch& schedule(double now) { return inner_->schedule(now); }
-  void complete(std::span<const request_id> f, std::span<const token_id> d) { inner_->complete(f, d); }
+  void complete(std::span<const request_id> f, std::span<const decoded_token> d) { inner_->complete(f, d); }
   void complete(std::span<const request_id> f) { inner_->complete(f); }
   std::size_t waiting() const { return inner_->waiting(); }
   std::size_t running() const { return inner_->running(); }
@@ -209,7 +271,8 @@ static_assert(migrates_out<hooked_scheduler<true, true>>);
 static_assert(migrates_out<hooked_scheduler<true, false>>);
 static_assert(!migrates_out<hooked_scheduler<false, false>>);
 static_assert(migrates_out<iteration_scheduler<>>);
-static_assert(!migrates_out<prefill_first_scheduler<>>);
+static_assert(migrates_out<prefill_first_scheduler<>>);  // a phase of the one scheduler: it migrates too
+static_assert(migrates_out<layered_prefill_scheduler<>>);
 static_assert(batch_scheduler<hooked_scheduler<false, false>>);
 
 TEST_CASE(

@@ -1,12 +1,14 @@
 // The schedulers' contract: duplicate ids are refused at submit; complete() checks its input and
 // names the request and the rule; and every public call either succeeds or throws leaving the
 // scheduler and its KV manager exactly as they were — checked by a KV manager that fails on its k-th
-// call, for every k, at every call of a whole run, whose trace must then equal an unfailed run's
+// call, for every k, at every call of a whole run (submit, schedule, complete with tokens in and out of
+// entry order, fork, migrate_out, cancel), whose trace must then equal an unfailed run's
 // (iteration_scheduler and prefill_first_scheduler; with and without verify on hit).
 #include "harness.hpp"
 
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
+#include <weft/sched/layered_prefill.hpp>
 #include <weft/sched/prefill_first_scheduler.hpp>
 #include <weft/sched/vtc_queue.hpp>
 
@@ -106,6 +108,7 @@ static_assert(kv_manager<faulty_kv>);
 
 using sched_t = iteration_scheduler<vtc_queue, faulty_kv>;
 using baseline_t = prefill_first_scheduler<vtc_queue, faulty_kv>;
+using layered_faulty_t = layered_prefill_scheduler<vtc_queue, faulty_kv>;
 
 // Keyed with a fixed secret, so two runs' block keys can be compared.
 faulty_kv make_kv(std::size_t blocks, std::size_t host, bool verify_on_hit) {
@@ -156,7 +159,9 @@ state_print fingerprint(const S& s) {
   const auto& st = s.stats();
   o << s.waiting() << '/' << s.running() << '/' << st.admitted << '/' << st.preempted_recompute << '/'
     << st.preempted_swap << '/' << st.swapped_in << '/' << st.aborted << '/' << st.forked << '/'
-    << st.cached_prompt_tokens << " [" << describe(s.last_batch()) << "]\n";
+    << st.cached_prompt_tokens << '/' << st.readmitted << '/' << st.cancelled << '/' << st.first_admission_prompt_tokens
+    << '/' << st.first_admission_cached_tokens << '/' << st.readmission_cached_tokens << " ["
+    << describe(s.last_batch()) << "]\n";
   const auto& kv = s.kv().inner;
   std::map<std::uint64_t, std::string> reqs;
   kv.for_each_request([&](request_id id, const wk::block_table& t, bool swapped) {
@@ -210,7 +215,10 @@ workload make_workload(std::uint32_t seed, int n) {
     r.client = client_id(static_cast<std::uint32_t>(i % 3));
     r.prompt_tokens = static_cast<std::int64_t>(p.size());
     r.arrival_s = static_cast<double>(i);
-    if (rng() % 5 != 0) r.prompt = p;  // one in five is counted by length only
+    if (rng() % 5 != 0)
+      r.prompt = p;  // one in five is counted by length only
+    else
+      r.counted_by_length = true;
     if (rng() % 6 == 0) r.cache_salt = 77;
     w.reqs.push_back(r);
     w.outputs.push_back(1 + static_cast<int>(rng() % 12));
@@ -255,7 +263,7 @@ run_result run(const workload& w, Make&& make, bool inject) {
   std::size_t next = 0;
   std::uint64_t next_child = 1000;
   std::vector<request_id> finished;
-  std::vector<token_id> decoded;
+  std::vector<decoded_token> decoded;
   for (int it = 0; it < 5000 && (next < w.reqs.size() || !s.idle()); ++it) {
     for (int a = 0; a < 2 && next < w.reqs.size(); ++a, ++next) {
       const request& r = w.reqs[next];
@@ -267,9 +275,11 @@ run_result run(const workload& w, Make&& make, bool inject) {
     finished.clear();
     decoded.clear();
     for (const auto& e : b.entries) {
-      decoded.push_back(e.emits_token ? weft_test::sampled_token(e.id, ++emitted[e.id]) : -1);
-      if (e.emits_token && --left[e.id] == 0) finished.push_back(e.id);
+      if (!e.emits_token) continue;
+      decoded.push_back({e.id, weft_test::sampled_token(e.id, ++emitted[e.id])});
+      if (--left[e.id] == 0) finished.push_back(e.id);
     }
+    if (it % 2 == 1) std::reverse(decoded.begin(), decoded.end());  // matched by id, in any order
     for (auto id : b.aborted) trace << "aborted " << id << '\n';
     attempt([&] {
       s.complete(finished, decoded);
@@ -295,6 +305,13 @@ run_result run(const workload& w, Make&& make, bool inject) {
         const auto m = attempt([&] { return s.migrate_out(); });
         if (m) trace << "migrated " << m->req.id << ' ' << m->tokens.size() << '\n';
       }
+    // A client goes away now and then: its request is wherever it is (waiting, prefilling, decoding,
+    // swapped out, preempted, or gone already).
+    if (it % 9 == 4 && next > 0) {
+      const request_id victim(static_cast<std::uint64_t>(it * 5) % next + 1);
+      const bool ok = attempt([&] { return s.cancel(victim); });
+      trace << "cancel " << victim << ' ' << ok << '\n';
+    }
   }
   trace << "idle " << s.idle() << '\n';
   return {trace.str(), fingerprint(s), ctl->injected, s.stats()};
@@ -323,8 +340,7 @@ TEST_CASE("a request id is refused while the scheduler holds it", "[sched][contr
   s.schedule(0.0);
   CHECK_THROWS_WITH(s.submit(with_prompt(1, p), 0.0), Catch::Contains("already in this scheduler"));
   const request_id one[] = {request_id(1)};
-  const token_id t[] = {9};
-  s.complete(one, t);
+  s.complete(one);  // a request that ends needs no token
   REQUIRE(s.idle());
   CHECK(s.submit(with_prompt(1, p), 0.0));  // finished: the id may be used again
 }
@@ -350,6 +366,7 @@ TEST_CASE("requests are validated at submit: token spans, media, sizes", "[sched
   huge.id = request_id(2);
   huge.client = client_id(0);
   huge.prompt_tokens = INT64_MAX;  // a trace row can say anything: refused, nothing overflows
+  huge.counted_by_length = true;
   CHECK_FALSE(s.submit(huge, 0.0));
   CHECK(s.stats().rejected == 1);
   CHECK(s.idle());
@@ -363,6 +380,7 @@ TEST_CASE("complete() checks its input, names the request and the rule, and chan
   counted.id = request_id(3);
   counted.client = client_id(2);
   counted.prompt_tokens = 2;
+  counted.counted_by_length = true;
   REQUIRE(s.submit(with_prompt(1, a), 0.0));
   REQUIRE(s.submit(with_prompt(2, b), 0.0));
   CHECK_THROWS_WITH(s.complete(std::vector<request_id>{request_id(1)}), Catch::Contains("no batch is in flight"));
@@ -375,17 +393,24 @@ TEST_CASE("complete() checks its input, names the request and the rule, and chan
   s.complete({});
   const batch& second = s.schedule(1.0);
   REQUIRE(second.entries.size() == 2);  // request 1's last 4 tokens, then request 2 (4 of the budget)
-  const std::vector<token_id> one_token{5};
-  CHECK_THROWS_WITH(s.complete({}, one_token), Catch::Contains("2 entries but 1 decoded"));
+  using tokens = std::vector<decoded_token>;
+  const request_id r1(1), r2(2);
+  CHECK_THROWS_WITH(s.complete({}, tokens{{r2, 5}}),
+                    Catch::Contains("request 1 carries token ids") && Catch::Contains("needs its decoded token"));
   CHECK_THROWS_WITH(s.complete({}),
-                    Catch::Contains("request 1 carries token ids") && Catch::Contains("needs the decoded token"));
-  CHECK_THROWS_WITH(s.complete(std::vector<request_id>{request_id(7)}, std::vector<token_id>{5, 6}),
+                    Catch::Contains("request 1 carries token ids") && Catch::Contains("needs its decoded token"));
+  CHECK_THROWS_WITH(s.complete(std::vector<request_id>{request_id(7)}, tokens{{r1, 5}, {r2, 6}}),
                     Catch::Contains("request 7") && Catch::Contains("not in the last batch"));
-  CHECK_THROWS_WITH(s.complete(std::vector<request_id>{request_id(2), request_id(2)}, std::vector<token_id>{5, 6}),
+  CHECK_THROWS_WITH(s.complete(std::vector<request_id>{r2, r2}, tokens{{r1, 5}, {r2, 6}}),
                     Catch::Contains("request 2 is listed as finished twice"));
+  // A token must name a request of the batch, once: another request's id is an error, not an input.
+  CHECK_THROWS_WITH(s.complete({}, tokens{{r1, 5}, {r2, 6}, {request_id(9), 7}}),
+                    Catch::Contains("request 9 is given a decoded token but is not in the last batch"));
+  CHECK_THROWS_WITH(s.complete({}, tokens{{r2, 6}, {r1, 5}, {r2, 6}}),
+                    Catch::Contains("request 2 is given two decoded tokens"));
   CHECK(s.kv().computed_tokens(request_id(1)) == 8);  // nothing moved
   // A request that finishes needs no token; the other one's is fed back.
-  s.complete(std::vector<request_id>{request_id(2)}, std::vector<token_id>{42, -1});
+  s.complete(std::vector<request_id>{r2}, tokens{{r1, 42}});
   CHECK(s.kv().num_tokens(request_id(1)) == 12);  // (computed is reported to the KV manager when a block fills)
   CHECK_FALSE(s.kv().contains(request_id(2)));
   REQUIRE(s.submit(counted, 2.0));
@@ -393,11 +418,14 @@ TEST_CASE("complete() checks its input, names the request and the rule, and chan
   REQUIRE(third.entries.size() == 2);  // request 1 decodes its sampled 42; request 3 (counted) prefills
   CHECK(third.entries[0].token == 42);
   CHECK(third.entries[1].token == -1);
-  s.complete({}, std::vector<token_id>{43, 0});
+  // A prefill entry that emitted no token takes none (request 1 below); a counted request needs none.
+  CHECK_THROWS_WITH(s.complete({}, tokens{{r1, 43}, {request_id(3), 0}, {r1, 43}}),
+                    Catch::Contains("request 1 is given two decoded tokens"));
+  s.complete({}, tokens{{r1, 43}});
   CHECK(s.kv().tokens(request_id(3)).empty());
   // Finishing publishes request 1's decoded tokens too: its ids reach the KV manager with its last step.
   s.schedule(3.0);
-  s.complete(std::vector<request_id>{request_id(1), request_id(3)}, std::vector<token_id>{44, 0});
+  s.complete(std::vector<request_id>{r1, request_id(3)});
   CHECK(s.idle());
 }
 
@@ -425,32 +453,54 @@ TEST_CASE("a KV failure at any call of any public method changes nothing", "[sch
         if (mode == preemption_mode::swap) CHECK(clean.stats.preempted_swap > 0);
         CHECK(clean.stats.cached_prompt_tokens > 0);
         CHECK(clean.stats.forked > 0);
+        CHECK(clean.stats.cancelled > 0);
       }
     }
   }
 }
 
-TEST_CASE("prefill_first_scheduler: a KV failure at any call of any public method changes nothing",
-          "[sched][contract][faults][prefill_first]") {
-  for (const bool verify : {false, true}) {
-    for (const std::uint32_t seed : {1u, 2u, 3u}) {
-      CAPTURE(verify, seed);
-      const workload w = make_workload(seed, 40);
-      const auto make = [&] {
-        prefill_first_options o = vllm_baseline(4, 32);
-        o.watermark = 0.0;
-        return std::make_unique<baseline_t>(o, vtc_queue{}, make_kv(14, 10, verify));
-      };
-      const run_result clean = run(w, make, false);
-      const run_result faulty = run(w, make, true);
-      CAPTURE(faulty.injected);
-      CHECK(faulty.injected > 300);
-      CHECK(faulty.trace == clean.trace);
-      CHECK(faulty.end == clean.end);
-      CHECK(clean.trace.find("idle 1") != std::string::npos);
-      CHECK(clean.end.text.find("collisions 0/0") != std::string::npos);
-      CHECK(clean.stats.preempted_recompute > 0);
-      CHECK(clean.stats.cached_prompt_tokens > 0);
+TEST_CASE("every phase: a KV failure at any call of any public method changes nothing",
+          "[sched][contract][faults][phase]") {
+  // vLLM v0's and layered prefill's phases of the one scheduler, with recompute and swap preemption,
+  // forks, migrations and cancellations: what the stall-free phase does above, the same way.
+  for (const bool layered : {false, true}) {
+    for (const auto mode : {preemption_mode::recompute, preemption_mode::swap}) {
+      for (const bool verify : {false, true}) {
+        for (const std::uint32_t seed : {1u, 2u}) {
+          CAPTURE(layered, static_cast<int>(mode), verify, seed);
+          const workload w = make_workload(seed, 40);
+          const auto run_with = [&](auto make) {
+            const run_result clean = run(w, make, false);
+            const run_result faulty = run(w, make, true);
+            CAPTURE(faulty.injected);
+            CHECK(faulty.injected > 300);
+            CHECK(faulty.trace == clean.trace);
+            CHECK(faulty.end == clean.end);
+            CHECK(clean.trace.find("idle 1") != std::string::npos);
+            CHECK(clean.end.text.find("collisions 0/0") != std::string::npos);
+            CHECK(clean.stats.preempted_recompute + clean.stats.preempted_swap > 0);
+            if (mode == preemption_mode::swap) CHECK(clean.stats.preempted_swap > 0);
+            CHECK(clean.stats.cached_prompt_tokens > 0);
+            CHECK(clean.stats.forked > 0);
+            CHECK(clean.stats.cancelled > 0);
+            CHECK(clean.trace.find("migrated") != std::string::npos);
+          };
+          if (layered) {
+            run_with([&] {
+              layered_prefill_options o = layered_prefill(4, 2, 32, 4);
+              o.preemption = mode;
+              return std::make_unique<layered_faulty_t>(o, vtc_queue{}, make_kv(14, 10, verify));
+            });
+          } else {
+            run_with([&] {
+              prefill_first_options o = vllm_baseline(4, 32);
+              o.watermark = 0.0;
+              o.preemption = mode;
+              return std::make_unique<baseline_t>(o, vtc_queue{}, make_kv(14, 10, verify));
+            });
+          }
+        }
+      }
     }
   }
 }

@@ -140,18 +140,21 @@ struct outcome {
   std::int64_t empty_iterations_with_work = 0;
 };
 
-/// Runs every job (all submitted before the first iteration) to completion or max_iterations.
-/// on_batch(batch, scheduler) is called after each schedule().
+/// Runs every job (all submitted before the first iteration) to completion or max_iterations; a job
+/// without prompt ids is submitted counted by length. on_batch(batch, scheduler) is called after each
+/// schedule().
 template <class S, class F>
 outcome run_jobs(S& s, const std::vector<job>& jobs, F&& on_batch, std::int64_t max_iterations = 1000000) {
   std::unordered_map<request_id, std::int64_t> remaining;
   for (const auto& j : jobs) {
     remaining[j.req.id] = j.output;
-    REQUIRE(s.submit(j.req, 0.0));
+    request r = j.req;
+    r.counted_by_length = r.prompt.empty();
+    REQUIRE(s.submit(r, 0.0));
   }
   outcome out;
   std::vector<request_id> finished;
-  std::vector<token_id> decoded;
+  std::vector<decoded_token> decoded;
   while (!s.idle() && out.iterations < max_iterations) {
     const batch& b = s.schedule(static_cast<double>(out.iterations));
     on_batch(b, s);
@@ -164,8 +167,9 @@ outcome run_jobs(S& s, const std::vector<job>& jobs, F&& on_batch, std::int64_t 
     finished.clear();
     decoded.clear();
     for (const auto& e : b.entries) {
-      decoded.push_back(e.emits_token ? sampled_token(e.id, remaining[e.id]) : -1);
-      if (e.emits_token && --remaining[e.id] == 0) finished.push_back(e.id);
+      if (!e.emits_token) continue;
+      decoded.push_back({e.id, sampled_token(e.id, remaining[e.id])});
+      if (--remaining[e.id] == 0) finished.push_back(e.id);
     }
     out.completed += static_cast<std::int64_t>(finished.size());
     s.complete(finished, decoded);

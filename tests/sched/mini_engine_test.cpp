@@ -10,6 +10,7 @@
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/iteration_scheduler.hpp>
 #include <weft/sched/layered_prefill.hpp>
+#include <weft/sched/prefill_first_scheduler.hpp>
 #include <weft/sched/vtc_queue.hpp>
 #include <weft/sched/wfq_queue.hpp>
 
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <vector>
 
 using namespace mini_engine;
@@ -133,8 +135,9 @@ std::vector<workload_request> random_workload(std::uint64_t seed, int n, int voc
   return w;
 }
 
-// Dense outputs memoized across runs (the broken variants rerun the same workloads): the check's
-// cost is the dense model, and greedy outputs of the same request only ever extend.
+// Dense outputs memoized across runs (the broken variants, and the phases and preemption modes, rerun
+// the same workloads): the check's cost is the dense model, and greedy outputs of the same request only
+// ever extend. Keyed by the model too (the tests use a 2-layer and a 4-layer one).
 std::size_t mismatches(const model& m, const serve_result& r, std::size_t& checked) {
   static std::map<std::vector<std::uint64_t>, std::vector<token_id>> memo;
   std::size_t bad = 0;
@@ -142,7 +145,8 @@ std::size_t mismatches(const model& m, const serve_result& r, std::size_t& check
   for (const auto& [id, out] : r.outputs) {
     const request_spec& spec = r.specs.at(id);
     std::vector<std::uint64_t> key(spec.prompt.begin(), spec.prompt.end());
-    key.insert(key.end(), {~0ull, spec.adapter, static_cast<std::uint64_t>(spec.first_rank)});
+    key.insert(key.end(), {~0ull, spec.adapter, static_cast<std::uint64_t>(spec.first_rank),
+                           static_cast<std::uint64_t>(m.layers()), m.config().seed});
     for (const auto& item : spec.media) key.insert(key.end(), {item.content_hash, item.offset, item.length});
     auto& dense = memo[key];
     if (dense.size() < out.size()) {
@@ -242,7 +246,7 @@ TEST_CASE("the mini engine under layered prefill equals the dense model", "[sche
       kv_tensor kv(m, kc.num_blocks, kc.host_blocks, kc.block_size);
       const serve_result served = serve(m, s, kv, w);
       std::size_t checked = 0;
-      CHECK(count_mismatches(m, served, &checked) == 0);  // not the memo: it holds the 2-layer model's outputs
+      CHECK(mismatches(m, served, checked) == 0);
       CHECK(checked >= w.size());
       preempted += s.stats().preempted_recompute;
       requests += checked;
@@ -298,5 +302,65 @@ TEST_CASE("broken variants make the equality check fail", "[sched][engine][fault
     faults f;
     f.wrong_swap_blocks = true;
     CHECK(run(m, w, so, kv_config_of(40, 60, 4), f).mismatches > 0);
+  }
+}
+
+TEST_CASE("every phase of the one scheduler equals the dense model with swap, recompute, forks and cancellations",
+          "[sched][engine][phase]") {
+  // Sarathi's stall-free chunks, vLLM v0's prefill-first batches and layered prefill are phases of one
+  // scheduler: each runs the same workloads — parallel samples, multi-turn chats, shared prefixes,
+  // clients that go away — under swap and recompute preemption in a cache too small for everyone. A
+  // sixth of the requests are cancelled a few iterations after they arrive: some still waiting, some
+  // mid-prefill (chunked or between layer groups), some swapped out or preempted, some decoding. What
+  // each produced before it went must equal the dense run's first tokens; everything else is
+  // unchanged, and at the end the cache holds nothing.
+  model_config c = small_model();
+  c.layers = 4;
+  const model m(c);
+  const wk::kv_config kc = kv_config_of(40, 10, 4);
+  std::map<std::string, std::uint64_t> forks, swaps, recomputes, cancels;
+  const auto check = [&](const std::string& name, auto& s, const std::vector<workload_request>& w) {
+    kv_tensor kv(m, kc.num_blocks, kc.host_blocks, kc.block_size);
+    const serve_result served = serve(m, s, kv, w);
+    std::size_t checked = 0;
+    CHECK(mismatches(m, served, checked) == 0);
+    CHECK(checked >= w.size());
+    CHECK(s.kv().free_blocks() == s.kv().usable_blocks());
+    CHECK(s.kv().host_free_blocks() == kc.host_blocks - 1);
+    CHECK(s.stats().cancelled == served.cancelled);
+    forks[name] += served.forks;
+    CHECK(served.forks_refused == 0);  // a sample made while the batch is full waits: never dropped
+    swaps[name] += s.stats().preempted_swap;
+    recomputes[name] += s.stats().preempted_recompute;
+    cancels[name] += served.cancelled;
+  };
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    auto w = random_workload(seed, 26, m.vocab());
+    weft::rng g(seed);
+    for (auto& r : w)
+      if (g.below(6) == 0) r.cancel_at = r.arrival + static_cast<double>(g.below(8));
+    for (const auto mode : {ws::preemption_mode::swap, ws::preemption_mode::recompute}) {
+      CAPTURE(seed, static_cast<int>(mode));
+      ws::scheduler_options so = ws::chunked_prefill(24, 8);
+      so.preemption = mode;
+      ws::iteration_scheduler<ws::vtc_queue> sarathi(so, ws::vtc_queue{}, wk::kv_manager<>(kc));
+      check("sarathi", sarathi, w);
+      ws::prefill_first_options po = ws::vllm_baseline(8, 256);
+      po.watermark = 0.0;
+      po.preemption = mode;
+      ws::prefill_first_scheduler<ws::vtc_queue> vllm(po, ws::vtc_queue{}, wk::kv_manager<>(kc));
+      check("vllm", vllm, w);
+      ws::layered_prefill_options lo = ws::layered_prefill(4, 2, 64, 8);
+      lo.preemption = mode;
+      ws::layered_prefill_scheduler<ws::vtc_queue> layered(lo, ws::vtc_queue{}, wk::kv_manager<>(kc));
+      check("layered", layered, w);
+    }
+  }
+  for (const std::string name : {"sarathi", "vllm", "layered"}) {
+    CAPTURE(name);
+    CHECK(forks[name] > 0);
+    CHECK(swaps[name] > 0);
+    CHECK(recomputes[name] > 0);
+    CHECK(cancels[name] > 0);
   }
 }

@@ -23,6 +23,7 @@ request req(std::uint64_t id, std::int64_t prompt, double at = 0.0) {
   r.id = request_id(id);
   r.prompt_tokens = prompt;
   r.arrival_s = at;
+  r.counted_by_length = true;
   return r;
 }
 

@@ -225,6 +225,7 @@ TEST_CASE("inter-tenant preemption swaps out a lower priority tenant for an urge
     r.id = request_id(i);
     r.client = client_id(0);
     r.prompt_tokens = 300;  // 19 blocks each: 57 of 64 used
+    r.counted_by_length = true;
     REQUIRE(s.submit(r, 0.0));
   }
   for (int it = 0; it < 3; ++it) {
@@ -238,6 +239,7 @@ TEST_CASE("inter-tenant preemption swaps out a lower priority tenant for an urge
   vip.id = request_id(10);
   vip.client = client_id(1);
   vip.prompt_tokens = 200;
+  vip.counted_by_length = true;
   vip.priority = 5;
   REQUIRE(s.submit(vip, 1.0));
   const batch& b = s.schedule(1.0);
@@ -258,6 +260,7 @@ TEST_CASE("scheduler rejects bad input and stays usable", "[sched][errors]") {
   r.id = request_id(1);
   r.client = client_id(0);
   r.prompt_tokens = -3;
+  r.counted_by_length = true;
   CHECK_THROWS_AS(s.submit(r, 0.0), weft::error);  // negative length
   r.prompt_tokens = 10;
   r.arrival_s = -1.0;
@@ -297,7 +300,7 @@ TEST_CASE("a finished request's decoded blocks are cached: the next turn of the 
     answer.push_back(t);
     std::vector<request_id> finished;
     if (answer.size() == 40) finished.push_back(r.id);
-    s.complete(finished, std::vector<token_id>{t});
+    s.complete(finished, std::vector<decoded_token>{{r.id, t}});
   }
   // Turn 2 resends the conversation: prompt, answer, a new question.
   std::vector<token_id> turn2 = turn1;

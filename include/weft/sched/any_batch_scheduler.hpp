@@ -26,7 +26,7 @@ class any_batch_scheduler {
 
   bool submit(const request& r, double now) { return self_->submit(r, now); }
   const batch& schedule(double now) { return self_->schedule(now); }
-  void complete(std::span<const request_id> finished, std::span<const token_id> decoded = {}) {
+  void complete(std::span<const request_id> finished, std::span<const decoded_token> decoded = {}) {
     self_->complete(finished, decoded);
   }
   std::size_t waiting() const { return self_->waiting(); }
@@ -38,7 +38,7 @@ class any_batch_scheduler {
     virtual ~concept_t() = default;
     virtual bool submit(const request&, double) = 0;
     virtual const batch& schedule(double) = 0;
-    virtual void complete(std::span<const request_id>, std::span<const token_id>) = 0;
+    virtual void complete(std::span<const request_id>, std::span<const decoded_token>) = 0;
     virtual std::size_t waiting() const = 0;
     virtual std::size_t running() const = 0;
     virtual bool idle() const = 0;
@@ -48,7 +48,7 @@ class any_batch_scheduler {
     explicit model(std::unique_ptr<S> p) : s(std::move(p)) {}
     bool submit(const request& r, double now) override { return s->submit(r, now); }
     const batch& schedule(double now) override { return s->schedule(now); }
-    void complete(std::span<const request_id> f, std::span<const token_id> d) override { s->complete(f, d); }
+    void complete(std::span<const request_id> f, std::span<const decoded_token> d) override { s->complete(f, d); }
     std::size_t waiting() const override { return s->waiting(); }
     std::size_t running() const override { return s->running(); }
     bool idle() const override { return s->idle(); }

@@ -61,6 +61,15 @@ struct batch_entry {
   std::int64_t first_position() const noexcept { return context_tokens - prefill_tokens - decode_tokens; }
 };
 
+/// The token an engine sampled for one request in the last batch: complete() takes these, matched by
+/// id, so a list in any order feeds each request its own token (and a token for a request that was not
+/// in the batch is an error, not another request's input).
+struct decoded_token {
+  request_id id{};
+  token_id token = 0;
+  friend constexpr bool operator==(const decoded_token&, const decoded_token&) = default;
+};
+
 /// One KV copy the engine runs before the iteration's forward pass. Run batch::copies in list order:
 /// a later copy may overwrite a block an earlier one reads (a host block freed by a swap-in can be
 /// the target of a later swap-out), so the order is part of the plan.

@@ -1,6 +1,7 @@
 // The policy concepts of weft::sched: fair_queue (which waiting request next, and how service is
 // charged), kv_manager (the KV cache a scheduler drives: weft::kv::kv_manager models it directly),
-// victim_policy (whom to preempt) and batch_scheduler (what runs each iteration).
+// victim_policy (whom to preempt), scheduler_phase (what an iteration runs, in the one batch scheduler)
+// and batch_scheduler (what runs each iteration, as the simulator sees any scheduler).
 #pragma once
 
 #include <weft/kv/kv_manager.hpp>
@@ -121,13 +122,36 @@ concept victim_policy = requires(const V& v, std::span<const victim_candidate> c
   { v.choose(candidates) } -> std::convertible_to<std::size_t>;
 };
 
+/// P is a phase of weft's one batch scheduler (iteration_scheduler): what an iteration runs and in
+/// which order — the phase order, the chunking rule, each entry's layer range. It is built from its
+/// options (validating them) and gives the running cap, the preemption mode and a filter at submit
+/// (false: the request can never run under this phase). Two traits: ranks_by_preemptions (the waiting
+/// lines and the head rank by preemptions, then arrival — the stall-free no-livelock rule — or by
+/// arrival only) and batches_decoded_ids (decoded ids reach the KV manager a block at a time and
+/// decoded blocks are published when the request leaves the batch, or one at a time and published as
+/// blocks fill, as vLLM v0 does). Its `template <class Steps> void plan(Steps& steps, double now)`
+/// composes the scheduler's steps (iteration_scheduler::steps); the scheduler does the rest — swap,
+/// recompute, forks, cancellation, migration — the same way under every phase. stall_free_phase,
+/// prefill_first_phase and layered_phase model it.
+template <class P>
+concept scheduler_phase = requires(const P& p, const request& r) {
+  typename P::options_type;
+  requires std::constructible_from<P, const typename P::options_type&>;
+  { p.options() } -> std::convertible_to<const typename P::options_type&>;
+  { p.max_running() } -> std::convertible_to<std::size_t>;
+  { p.preemption() } -> std::same_as<preemption_mode>;
+  { p.accepts(r) } -> std::convertible_to<bool>;
+  { P::ranks_by_preemptions } -> std::convertible_to<bool>;
+  { P::batches_decoded_ids } -> std::convertible_to<bool>;
+};
+
 /// S decides each iteration's batch. submit() hands it a request (false: it can never run, e.g.
 /// its prompt exceeds the whole KV cache); schedule(now) returns the next batch; complete(finished,
 /// decoded) tells it the batch ran, which requests ended (EOS or length cap) and, for requests with
-/// token ids, the token each entry sampled.
+/// token ids, the token each emitting entry sampled, as {request id, token}.
 template <class S>
 concept batch_scheduler = requires(S& s, const S& cs, const request& r, double now,
-                                   std::span<const request_id> finished, std::span<const token_id> decoded) {
+                                   std::span<const request_id> finished, std::span<const decoded_token> decoded) {
   { s.submit(r, now) } -> std::same_as<bool>;
   { s.schedule(now) } -> std::same_as<const batch&>;
   s.complete(finished, decoded);

@@ -1,9 +1,10 @@
-// Iteration-level batch scheduling for LLM serving. Continuous batching (Yu et al., "Orca", OSDI 2022,
-// §4.2), chunked prefill with stall-free batching (Agrawal et al., "Sarathi-Serve", OSDI 2024, §4:
-// running decodes first, then partial prefills, then new prefills, within a per-iteration token budget),
-// preemption by recompute or swap (Kwon et al., SOSP 2023, §4.5) and inter-tenant preemption (FastSwitch),
-// driving weft::kv with the requests' real token ids: prompt ids at admission, each decoded token as it
-// is fed back, and computed-KV reports after every step.
+// weft's one batch scheduler for LLM serving: iteration-level scheduling (Yu et al., "Orca", OSDI 2022,
+// §4.2) whose Phase policy says what an iteration runs — stall-free chunked prefill (Sarathi-Serve,
+// OSDI 2024, §4) and Dynamic SplitFuse, Orca's whole prompts, vLLM v0's prefill-first batches, layered
+// prefill — over one running set, one set of waiting lines and one surface: preemption by recompute or
+// swap (Kwon et al., SOSP 2023, §4.5), inter-tenant preemption (FastSwitch), forks, cancellation and
+// migration (Llumnix) work under every phase. It drives weft::kv with the requests' real token ids:
+// prompt ids at admission, each decoded token as it is fed back, computed-KV reports after every step.
 #pragma once
 
 #include <weft/core/checked.hpp>
@@ -15,11 +16,14 @@
 #include <weft/sched/continuous_batching.hpp>  // named settings, once defined here
 #include <weft/sched/detail/completion.hpp>
 #include <weft/sched/detail/reserve_more.hpp>
+#include <weft/sched/detail/scheduler_slot.hpp>
 #include <weft/sched/detail/submission.hpp>
 #include <weft/sched/detail/undo_log.hpp>
 #include <weft/sched/fcfs_queue.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/scheduler_options.hpp>
+#include <weft/sched/scheduler_steps.hpp>
+#include <weft/sched/stall_free_phase.hpp>
 #include <weft/sched/victim_policy.hpp>
 
 #include <algorithm>
@@ -30,29 +34,34 @@
 #include <optional>
 #include <span>
 #include <tuple>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
 namespace weft::sched {
 
-/// The batch scheduler. Each schedule(now): (1) every running decode gets one token, in admission order;
-/// (2) swapped-out requests come back while KV allows; (3) partial prefills continue; (4) preempted and
-/// then queued requests are admitted (the Queue decides the order among clients) while the batch, the
-/// token budget and KV allow. When KV cannot grow, a victim (Victim policy) is preempted.
+/// The batch scheduler. Each schedule(now) runs the Phase's plan over the scheduler's steps
+/// (scheduler_steps.hpp). The default, stall_free_phase: (1) every running decode gets one token, in admission
+/// order; (2) swapped-out requests come back while KV allows; (3) partial prefills continue; (4)
+/// preempted and then queued requests are admitted (the Queue decides the order among clients) while
+/// the batch, the token budget and KV allow. prefill_first_phase (vLLM v0) and layered_phase (layered
+/// prefill) are the other two; prefill_first_scheduler and layered_prefill_scheduler name them. When KV
+/// cannot grow, a victim (Victim policy) is preempted, by recompute or swap (the phase's option); forks
+/// made while the batch is full wait for room and join first.
 ///
-/// The engine loop: submit() requests (with their prompt token ids, or only lengths in simulation);
-/// each iteration b = schedule(now); run b.copies in order, then the forward pass of b.entries (prefill
-/// ids are kv().tokens(id), a decode step's input is entry.token; K and V go to the slots of
-/// kv().blocks(id)); then complete(finished, decoded) with the token each emitting entry sampled.
+/// The engine loop: submit() requests (with their prompt token ids, which the scheduler copies; or,
+/// in simulation, counted_by_length); each iteration b = schedule(now); run b.copies in order, then the
+/// forward pass of b.entries (prefill ids are kv().tokens(id), a decode step's input is entry.token; K
+/// and V go to the slots of kv().blocks(id)); then complete(finished, decoded) with the {id, token}
+/// each emitting entry sampled; cancel(id) between iterations for a client that went away.
 /// complete() reports the computed KV to the KV manager, which only then lets other requests hit those
 /// blocks. examples/mini_engine is this loop on a real model.
 ///
-/// No livelock: the running request ranked first by (preemptions, descending; arrival; id) — the
-/// "head" — is never a victim and its growth may preempt any other, so it progresses every iteration
-/// until it ends; preempted requests are readmitted before new ones, in the same rank order, so a
-/// request preempted k times outranks one preempted fewer times. (A head that cannot fit in the whole
-/// cache alone is aborted and reported in batch::aborted.)
+/// No livelock (stall-free phase): the running request ranked first by (preemptions, descending;
+/// arrival; id) — the "head" — is never a victim and its growth may preempt any other, so it progresses
+/// every iteration until it ends; preempted requests are readmitted before new ones, in the same rank
+/// order, so a request preempted k times outranks one preempted fewer times. (A head that cannot fit in
+/// the whole cache alone is aborted and reported in batch::aborted.) The vLLM v0 and layered phases
+/// rank by arrival instead: the oldest request grows first and may preempt any later arrival.
 ///
 /// Every public call either succeeds or throws weft::error leaving the scheduler and its KV manager as
 /// they were: it validates first, runs its KV calls in one KV transaction (rolled back if any throws)
@@ -61,22 +70,22 @@ namespace weft::sched {
 /// at the front of the line, and the next schedule() admits them first, as the failed call would have.
 ///
 /// Not thread-safe (one engine loop owns it). schedule O(R + A log W) (R running, A admitted, W waiting,
-/// plus the Queue's and KV manager's costs); complete O(E + F * E) (E batch entries, F finished).
+/// plus the Queue's and KV manager's costs; O(R log R) more under the arrival-order phases); complete
+/// O(E + F * E) with the decoded tokens in entry order (E batch entries, F finished).
 template <fair_queue Queue = fcfs_queue, kv_manager KV = weft::kv::kv_manager<>,
-          victim_policy Victim = latest_arrival_victim>
+          victim_policy Victim = latest_arrival_victim, scheduler_phase Phase = stall_free_phase>
 class iteration_scheduler {
  public:
   using queue_type = Queue;
   using kv_type = KV;
+  using phase_type = Phase;
+  using options_type = typename Phase::options_type;
+  /// What a Phase's plan() is given: the scheduler's steps (scheduler_steps.hpp).
+  using steps = scheduler_steps<iteration_scheduler>;
 
-  explicit iteration_scheduler(scheduler_options o = {}, Queue q = Queue{}, KV kv = KV{}, Victim v = Victim{})
-      : opt_(o), queue_(std::move(q)), kv_(std::move(kv)), victim_(std::move(v)) {
-    const char* where = "weft::sched::iteration_scheduler";
-    expects(o.token_budget >= 1, errc::invalid_argument, where, "token_budget must be >= 1, got ", o.token_budget);
-    expects(o.max_running >= 1, errc::invalid_argument, where, "max_running must be >= 1, got ", o.max_running);
-    expects(!o.chunked_prefill || std::cmp_greater_equal(o.token_budget, o.max_running), errc::invalid_argument, where,
-            "chunked prefill needs token_budget >= max_running so no running decode is starved; got budget ",
-            o.token_budget, " and max_running ", o.max_running);
+  /// Throws weft::error(invalid_argument), from the Phase, for bad options.
+  explicit iteration_scheduler(options_type o = {}, Queue q = Queue{}, KV kv = KV{}, Victim v = Victim{})
+      : phase_(o), queue_(std::move(q)), kv_(std::move(kv)), victim_(std::move(v)) {
     if constexpr (binds_prefix_probe<Queue>)
       queue_.bind_prefix_probe([this](const request& r) { return cached_prefix_tokens(r); });
   }
@@ -85,18 +94,21 @@ class iteration_scheduler {
   iteration_scheduler& operator=(const iteration_scheduler&) = delete;
 
   /// Queues r. Returns false (and counts it in stats().rejected) when r can never run: its prompt and
-  /// first output token need more blocks than the whole device cache. Throws weft::error, changing
-  /// nothing, for an invalid request (see validate()), an id already in this scheduler (waiting,
-  /// running or swapped out), or kv_ready_tokens on a request with token ids. O(queue push).
+  /// first output token need more blocks than the whole device cache, or the Phase refuses it (vLLM v0:
+  /// a prompt longer than max_batched_tokens). Throws weft::error, changing nothing, for an invalid
+  /// request (see validate()), one without ids that is not counted_by_length, an id already in this
+  /// scheduler (waiting, running or swapped out), or kv_ready_tokens on a request with token ids. The
+  /// scheduler copies the prompt ids and media. O(prompt + queue push).
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::iteration_scheduler::submit";
     validate(r, where);
-    detail::check_new_request(ids_, r, where, "waiting, running or swapped out");
-    if (!detail::fits_device_cache(r, kv_, where)) {
+    detail::check_new_request(held_, r, where, "waiting, running or swapped out");
+    const bool fits = detail::fits_device_cache(r, kv_, where);  // first: it may throw
+    if (!fits || !phase_.accepts(r)) {
       ++stats_.rejected;
       return false;
     }
-    detail::enqueue_new(ids_, queue_, r, now);
+    detail::enqueue_new(held_, queue_, r, now);
     return true;
   }
 
@@ -116,7 +128,11 @@ class iteration_scheduler {
     const scheduler_stats stats_before = stats_;
     kv_.begin_transaction();
     try {
-      plan_iteration(now);
+      budget_ = std::numeric_limits<std::int64_t>::max();  // a phase with a token budget sets it
+      join_forks();
+      head_ = find_head();
+      steps plan(*this);
+      phase_.plan(plan, now);
       // Queue hooks for requests that ended here run last: they cannot be taken back.
       for (const auto& [req, generated] : deferred_finish_) queue_.on_finish(req, generated);
     } catch (...) {
@@ -127,7 +143,7 @@ class iteration_scheduler {
       throw;
     }
     kv_.commit_transaction();
-    for (request_id id : batch_.aborted) ids_.erase(id);
+    for (request_id id : batch_.aborted) held_.release(id);
     compact();
     return batch_;
   }
@@ -136,12 +152,15 @@ class iteration_scheduler {
   /// emitting entry's sampled token back and ends the finished requests.
   ///
   /// finished: requests that ended (EOS or a length cap); each must be an entry of the last batch that
-  /// emitted a token, listed once. decoded: empty, or one token id per entry of the last batch in
-  /// entry order (values of entries that do not emit are ignored); it is required when an emitting
-  /// entry's request carries prompt token ids, and a request that ends here needs none. Calling it
-  /// with nothing in flight and empty arguments does nothing. Throws weft::error naming the request
-  /// and the rule, changing nothing, for any other input. O(E + F * E).
-  void complete(std::span<const request_id> finished, std::span<const token_id> decoded = {}) {
+  /// emitted a token, listed once. decoded: the token each emitting entry sampled, as {request id,
+  /// token}, in any order — matched by id, so a list in another order than the entries cannot feed one
+  /// request another's token; at most one per request, and only for emitting entries of the last
+  /// batch. A token is required for every emitting entry whose request carries prompt token ids and
+  /// does not end here (a request counted by length, or one that ends, needs none). Calling it with
+  /// nothing in flight and empty arguments does nothing. Throws weft::error naming the request and the
+  /// rule, changing nothing, for any other input. O(E + F * E) with the tokens in entry order, else
+  /// O(E + F * E + (D + E) log D) (D decoded tokens).
+  void complete(std::span<const request_id> finished, std::span<const decoded_token> decoded = {}) {
     constexpr const char* where = "weft::sched::iteration_scheduler::complete";
     const std::size_t n = batch_.entries.size();
     if (n == 0) {
@@ -152,7 +171,8 @@ class iteration_scheduler {
     }
     // Every finished id is checked before anything changes.
     const std::size_t found =
-        detail::check_completion(batch_, finished, decoded, is_done_, where, " (a partial prefill)",
+        detail::check_completion(batch_, finished, decoded, is_done_, token_at_, sorted_, where,
+                                 " (a partial prefill, or a layer group short of the last layer)",
                                  [&](std::size_t k) { return !running_[entry_slot_[k]].req.prompt.empty(); });
     done_entries_.clear();
     for (std::size_t k = 0; k < n && done_entries_.size() < found; ++k)
@@ -170,7 +190,7 @@ class iteration_scheduler {
         const batch_entry& e = batch_.entries[k];
         const slot& s = running_[entry_slot_[k]];
         if (!with_tokens(s)) continue;  // counted requests publish nothing
-        const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
+        const std::int64_t done = done_after(s, e);
         if (is_done_[k]) {
           // A finishing request publishes its last full blocks (a multi-turn conversation's next turn
           // hits them): the KV manager gets the ids it has not heard of, then the computed count.
@@ -197,22 +217,25 @@ class iteration_scheduler {
     for (std::size_t k = 0; k < n; ++k) {
       const batch_entry& e = batch_.entries[k];
       slot& s = running_[entry_slot_[k]];
-      const std::int64_t done = s.done + e.prefill_tokens + e.decode_tokens;
+      const std::int64_t done = done_after(s, e);
       if (!is_done_[k] && with_tokens(s) && needs_report(s, e, done)) s.reported = done;
       // The decode step computed the KV of its input token: its id joins the unsynced ones.
       if (e.decode_tokens > 0 && with_tokens(s) && !s.pending_in_kv) s.fresh[s.fresh_count++] = s.pending;
       s.done = done;
+      // A layer group short of the last layer: the request's next entry runs its next group. (An entry
+      // over every layer leaves group alone: it is 0 then, and the field is off the decode's cache lines.)
+      if (!e.layers.all()) s.group = e.layers.reaches_output() ? 0 : s.group + 1;
       if (e.emits_token) {
         ++s.generated;
         queue_.on_tokens(s.req, 1);
-        if (!decoded.empty()) s.pending = decoded[k];
+        if (token_at_[k] != detail::no_token) s.pending = decoded[token_at_[k]].token;
         s.pending_in_kv = false;
       }
     }
     for (std::size_t k : done_entries_) {
       slot& s = running_[entry_slot_[k]];
       queue_.on_finish(s.req, s.generated);
-      ids_.erase(s.req.id);
+      held_.release(s.req.id);
       s.alive = false;
       ++dead_;
     }
@@ -225,23 +248,29 @@ class iteration_scheduler {
   /// shares every KV block of the parent (copy-on-write: the first write into a shared partial block
   /// copies it, listed in batch::copies) and continues from the parent's state with first_token as its
   /// latest sampled token instead of the parent's. Call it between complete() and schedule(), for a
-  /// parent that has emitted at least one token. Returns false, changing nothing, when the batch is
-  /// full (max_running) or the KV manager refuses (tenant quota). Throws weft::error, changing nothing,
+  /// parent that has emitted at least one token. A full batch (max_running) does not drop the sample:
+  /// it waits, holding its share of the parent's KV, counted in waiting(), and joins the batch first
+  /// when a running slot frees (when KV runs out meanwhile, it gives way first, preempted like any
+  /// request, and comes back). Returns false, changing nothing, only when the KV manager refuses (a
+  /// tenant quota). Throws weft::error, changing nothing,
   /// for an unknown or not-yet-decoding parent, a child id already used, or a batch in flight. The
-  /// child is charged to the parent's client for its output only, and shares the parent's prompt and
-  /// media spans: keep them alive until the child leaves too. O(R + parent's blocks and tokens).
+  /// child is charged to the parent's client for its output only, and shares the scheduler's copy of
+  /// the parent's prompt ids and media. O(R + parent's blocks and tokens).
   bool fork(request_id parent, request_id child, token_id first_token) {
     return fork_impl(parent, child, &first_token);
   }
   /// fork() for a parent counted by length (no token ids).
   bool fork(request_id parent, request_id child) { return fork_impl(parent, child, nullptr); }
 
-  /// A running request handed over to another instance (Llumnix migration).
+  /// A running request handed over to another instance (Llumnix migration). It owns what it carries:
+  /// req.prompt and req.media are cleared (they viewed this scheduler's copies, gone with it); the
+  /// prompt ids are the first req.prompt_tokens of `tokens`, the media are in `media`.
   struct migrated {
     request req;
     std::int64_t generated = 0;       ///< output tokens produced here
     std::int64_t context_tokens = 0;  ///< tokens whose KV moves with it
     std::vector<token_id> tokens;     ///< its prompt and generated token ids (empty when counted by length)
+    std::vector<weft::kv::multimodal_item> media;  ///< its multimodal items (as req.media was)
   };
 
   /// Removes one decoding request — the latest arrival that is not the head — releasing its KV, for
@@ -260,7 +289,9 @@ class iteration_scheduler {
     }
     if (pick == running_.size()) return std::nullopt;
     slot& v = running_[pick];
-    migrated m{v.req, v.generated, v.done, {}};
+    migrated m{v.req, v.generated, v.done, {}, {v.req.media.begin(), v.req.media.end()}};
+    m.req.prompt = {};
+    m.req.media = {};
     if (with_tokens(v)) all_ids(v, m.tokens);
     slot before = v;  // sync() changes the slot: restored if the KV manager fails
     kv_.begin_transaction();
@@ -274,19 +305,84 @@ class iteration_scheduler {
     }
     kv_.commit_transaction();
     queue_.on_finish(v.req, v.generated);
-    ids_.erase(v.req.id);
+    held_.release(v.req.id);
     running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(pick));
     ++running_version_;
     return m;
   }
 
-  std::size_t waiting() const noexcept { return queue_.size() + front_.size() + requeued_.size() + swapped_.size(); }
+  /// Ends request `id` wherever it is (a client that went away): waiting in the Queue or a line,
+  /// preempted, swapped out, or running — mid-prefill or decoding, a fork's parent or child. A running
+  /// request's computed blocks are published (they stay cached for others) and its KV freed; a
+  /// swapped-out one's host blocks are freed; the Queue hears on_finish for a request it had handed
+  /// out. Returns false, changing nothing, when `id` is not here (finished, aborted, migrated, never
+  /// submitted, or cancelled already). Call it between complete() and schedule(): throws weft::error
+  /// (precondition) while a batch is in flight, and on a KV failure throws leaving everything as it was.
+  /// Its id may be submitted again at once, unless it was still inside the Queue: that copy is dropped
+  /// when the Queue hands it out, and the id is free from then. O(R + W lines + KV free).
+  bool cancel(request_id id) {
+    expects(batch_.entries.empty(), errc::precondition, "weft::sched::iteration_scheduler::cancel",
+            "a batch is in flight; call complete() first and cancel between iterations");
+    if (!held_.contains(id) || held_.cancelled(id)) return false;
+    const auto is = [&](const slot& s) { return s.req.id == id; };
+    if (const auto it = std::find_if(running_.begin(), running_.end(), is); it != running_.end()) {
+      slot before = *it;  // sync() changes the slot: restored if the KV manager fails
+      kv_.begin_transaction();
+      try {
+        if (with_tokens(*it)) sync(*it);  // its computed blocks stay cached for prompts that share them
+        kv_.free(id);
+      } catch (...) {
+        kv_.rollback_transaction();
+        *it = std::move(before);
+        throw;
+      }
+      kv_.commit_transaction();
+      queue_.on_finish(it->req, it->generated);
+      running_.erase(it);
+      ++running_version_;
+    } else if (const auto sw = std::find_if(swapped_.begin(), swapped_.end(), is); sw != swapped_.end()) {
+      detail::in_transaction(
+          kv_, [&] { kv_.free(id); }, [] {});  // its host blocks
+      queue_.on_finish(sw->req, sw->generated);
+      swapped_.erase(sw);
+    } else if (const auto fk = std::find_if(forked_.begin(), forked_.end(), is); fk != forked_.end()) {
+      detail::in_transaction(
+          kv_, [&] { kv_.free(id); }, [] {});  // its share of the parent's blocks
+      queue_.on_finish(fk->req, fk->generated);
+      forked_.erase(fk);
+    } else if (const auto rq = std::find_if(requeued_.begin(), requeued_.end(), is); rq != requeued_.end()) {
+      queue_.on_finish(rq->req, rq->generated);  // its KV went at its preemption
+      requeued_.erase(rq);
+    } else if (const auto f = std::find_if(front_.begin(), front_.end(), [&](const request& q) { return q.id == id; });
+               f != front_.end()) {
+      queue_.on_finish(*f, 0);  // charged when a failed schedule() took it
+      front_.erase(f);
+    } else {
+      held_.mark_cancelled(id);  // inside the Queue, which cannot remove it: dropped when it comes out
+      ++stats_.cancelled;
+      return true;
+    }
+    held_.release(id);
+    ++stats_.cancelled;
+    return true;
+  }
+
+  std::size_t waiting() const noexcept {
+    return queue_.size() - held_.cancelled_in_queue() + front_.size() + requeued_.size() + swapped_.size() +
+           forked_.size();
+  }
   std::size_t running() const noexcept { return running_.size(); }
   bool idle() const noexcept { return running_.empty() && waiting() == 0; }
   const scheduler_stats& stats() const noexcept { return stats_; }
   /// The batch of the last schedule() until complete() (its entries are cleared there).
   const batch& last_batch() const noexcept { return batch_; }
-  const scheduler_options& options() const noexcept { return opt_; }
+  /// The Phase's options (scheduler_options for the stall-free phase).
+  const options_type& options() const noexcept { return phase_.options(); }
+  /// True while a layered prefill has run some but not all of its layer groups (never for the phases
+  /// that run every layer in every entry). O(R).
+  bool prefill_in_flight() const noexcept {
+    return std::any_of(running_.begin(), running_.end(), [](const slot& s) { return s.alive && s.group > 0; });
+  }
   Queue& queue() noexcept { return queue_; }
   /// The KV manager: the engine reads token ids, block tables and slot mappings here.
   const KV& kv() const noexcept { return kv_; }
@@ -297,68 +393,28 @@ class iteration_scheduler {
   }
 
  private:
-  static constexpr std::uint32_t fresh_capacity = 15;
-  // Fields in the order a decode step touches them: the scheduling state and copies of the request's
-  // hot fields first (two cache lines), then the fresh ids, then the request itself and the rarely
-  // used buffers. bind() keeps the copies equal to the request.
-  struct slot {
-    std::int64_t target = 0;     // tokens to prefill before decoding: prompt (+ generated, after recompute)
-    std::int64_t done = 0;       // tokens whose KV is computed
-    std::int64_t generated = 0;  // output tokens produced while in this scheduler
-    std::int64_t reported = -1;  // computed tokens last reported to the KV manager (-1: report at once)
-    // Decode steps inside the request's private room need no KV call: the KV manager hears of their
-    // ids (fresh, kept inline so the slots stay contiguous) at the next block boundary, when fresh is
-    // full, or at a fork, preemption or finish ("sync"). Invariants: the KV manager holds `synced`
-    // slots and the ids of the first synced tokens (plus pending when pending_in_kv); fresh holds the
-    // ids of tokens [synced, done) when !pending_in_kv.
-    std::int64_t synced = 0;  // tokens with a slot in the KV manager
-    std::int64_t room = 0;    // tokens the request's private blocks hold (0: ask the KV manager)
-    std::uint32_t fresh_count = 0;
-    token_id pending = 0;  // the latest sampled token: the next decode step's input
-    int preemptions = 0;
-    bool pending_in_kv = false;  // the KV manager already holds pending (a slot was given to it)
-    bool alive = true;
-    bool with_ids = false;  // copy of !req.prompt.empty()
-    client_id client{};     // copy of req.client
-    request_id id{};        // copy of req.id
-    double arrival_s = 0;   // copy of req.arrival_s
-    std::array<token_id, fresh_capacity> fresh{};
-    request req;
-    std::vector<token_id> tokens;  // after a recompute preemption: every id to prefill again
-  };
-  static void bind(slot& s) noexcept {
-    s.with_ids = !s.req.prompt.empty();
-    s.client = s.req.client;
-    s.id = s.req.id;
-    s.arrival_s = s.req.arrival_s;
-  }
+  friend steps;
 
-  // One entry of schedule()'s undo log (detail::undo_log: applied newest first on failure).
-  enum class undo_kind : std::uint8_t {
-    slot_saved,         // running_[index] changed; saved holds it before
-    sync_saved,         // running_[index]'s sync state changed; synced, room, pending_in_kv, fresh_count hold it
-    running_pushed,     // a slot was appended to running_
-    requeued_inserted,  // requeued_[index] was inserted
-    requeued_erased,    // requeued_[index] was erased; saved holds it
-    swapped_inserted,
-    swapped_erased,
-    front_erased,  // front_[index] was erased; saved->req holds it
-    queue_popped,  // saved->req was popped from the queue (and charged by on_admit)
-  };
-  struct undo_entry {
-    undo_kind kind;
-    std::size_t index = 0;
-    std::optional<slot> saved;
-    std::int64_t synced = 0, room = 0;
-    bool pending_in_kv = false;
-    std::uint32_t fresh_count = 0;
-  };
+  // The running set's element and the undo log's entry (detail/scheduler_slot.hpp).
+  using slot = detail::scheduler_slot;
+  using undo_kind = detail::slot_undo;
+  using undo_entry = detail::slot_undo_entry;
+  static constexpr std::uint32_t fresh_capacity = detail::fresh_capacity;
+  static void bind(slot& s) noexcept { detail::bind(s); }
 
   static bool in_decode(const slot& s) noexcept { return s.done >= s.target; }
   // A decode step that needs no KV call: its slot is in the request's private room and its input id
-  // fits the fresh buffer.
+  // fits the fresh buffer. A phase that hands each decoded id to the KV manager at once (vLLM v0's
+  // way) never skips the call for a request with ids.
   static bool in_room(const slot& s, std::int64_t tokens) noexcept {
+    if constexpr (!Phase::batches_decoded_ids)
+      if (s.with_ids) return false;
     return s.done >= s.target && tokens <= s.room && (s.pending_in_kv || s.fresh_count < fresh_capacity);
+  }
+  // The tokens whose KV is computed in every layer once entry e ran (a layer group short of the last
+  // layer computes none of them in every layer yet).
+  static std::int64_t done_after(const slot& s, const batch_entry& e) noexcept {
+    return e.layers.reaches_output() ? s.done + e.prefill_tokens + e.decode_tokens : s.done;
   }
 
   static bool with_tokens(const slot& s) noexcept { return s.with_ids; }
@@ -368,11 +424,17 @@ class iteration_scheduler {
   // published, so that is when it matters: prompts are what other requests share). Decoded blocks are
   // published when the request leaves the batch (finish, preemption, fork, migration): a decode step
   // then costs the KV manager nothing until its private block is full.
+  // A phase that hands decoded ids over at once reports after every prefill that reaches the last
+  // layer and whenever a block fills, so decoded blocks are published as they fill (vLLM v0).
   bool needs_report(const slot& s, const batch_entry& e, std::int64_t done) const noexcept {
-    if (done > s.synced) return false;
-    if (s.reported < 0) return true;
     const auto bs = static_cast<std::int64_t>(kv_.block_size());
-    return e.decode_tokens == 0 && done / bs != s.reported / bs;
+    if constexpr (!Phase::batches_decoded_ids) {
+      return e.layers.reaches_output() && (e.prefill_tokens > 0 || done % bs == 0);
+    } else {
+      if (done > s.synced) return false;
+      if (s.reported < 0) return true;
+      return e.decode_tokens == 0 && done / bs != s.reported / bs;
+    }
   }
   std::int64_t round_up(std::int64_t tokens) const noexcept {
     const auto bs = static_cast<std::int64_t>(kv_.block_size());
@@ -403,30 +465,146 @@ class iteration_scheduler {
     }
   }
 
-  void plan_iteration(double now) {
-    budget_ = opt_.chunked_prefill ? opt_.token_budget : std::numeric_limits<std::int64_t>::max();
-    head_ = find_head();
-    // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
-    // first so its growth can never be blocked by others' growth in the same iteration.
+  // ----- The steps of the stall-free phase -----------------------------------------------------
+
+  // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
+  // first so its growth can never be blocked by others' growth in the same iteration.
+  void decode_head_first() {
     detail::reserve_more(batch_.entries, running_.size());
     detail::reserve_more(entry_slot_, running_.size());
-    if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true);
+    if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true, false);
     for (std::size_t i = 0; i < running_.size(); ++i) {
       if (i == head_ || !running_[i].alive || !in_decode(running_[i])) continue;
       if (in_room(running_[i], running_[i].done + 1))
         add_entry(i, 0, 1);  // the common case: a decode inside the request's private room
       else
-        decode_or_continue(i, true);
+        decode_or_continue(i, true, false);
     }
-    // (2) Swapped-out requests return before anything new is admitted.
-    resume_swapped(now);
-    // (3) Partial prefills continue: the head's first (it may preempt), then in admission order.
+  }
+
+  // (3) Partial prefills continue: the head's first (it may preempt), then in admission order.
+  void continue_prefills(bool chunked) {
     if (head_ < running_.size() && running_[head_].alive && !in_decode(running_[head_]))
-      decode_or_continue(head_, true);
+      decode_or_continue(head_, true, chunked);
     for (std::size_t i = 0; i < running_.size() && budget_ > 0; ++i)
-      if (i != head_ && running_[i].alive && !in_decode(running_[i]) && !scheduled(i)) decode_or_continue(i, false);
-    // (4) Admission: preempted requests first (rank order), then those a failed call took, then the queue.
-    admit(now);
+      if (i != head_ && running_[i].alive && !in_decode(running_[i]) && !scheduled(i))
+        decode_or_continue(i, false, chunked);
+  }
+
+  // ----- The steps of the arrival-order phases (vLLM v0, layered prefill) ---------------------------
+
+  // The live running requests in arrival order (ties: id), into order_. O(R log R).
+  void arrival_order() {
+    order_.clear();
+    for (std::size_t i = 0; i < running_.size(); ++i)
+      if (running_[i].alive) order_.push_back(i);
+    std::sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) {
+      return std::tie(running_[a].arrival_s, running_[a].id) < std::tie(running_[b].arrival_s, running_[b].id);
+    });
+  }
+
+  // Every running request past its prefill decodes one token, oldest first; when KV cannot grow, the
+  // Victim's choice among the later arrivals is preempted, or the request itself when none is left.
+  void decode_in_arrival_order() {
+    arrival_order();
+    detail::reserve_more(batch_.entries, running_.size());
+    detail::reserve_more(entry_slot_, running_.size());
+    for (std::size_t pos = 0; pos < order_.size(); ++pos) {
+      const std::size_t i = order_[pos];
+      if (!running_[i].alive || !in_decode(running_[i])) continue;
+      while (running_[i].alive && !ensure(i, running_[i].done + 1))
+        if (!preempt_later(pos)) preempt(i);  // nobody later to evict: it gives way itself
+      if (running_[i].alive) add_entry(i, 0, 1);
+    }
+  }
+
+  // Preempts the Victim's choice among the live requests after order_[pos] (a waiting fork first).
+  // False when there is none.
+  bool preempt_later(std::size_t pos) {
+    if (preempt_parked_fork()) return true;
+    candidates_.clear();
+    candidate_slot_.clear();
+    for (std::size_t q = pos + 1; q < order_.size(); ++q) {
+      const slot& v = running_[order_[q]];
+      if (!v.alive) continue;
+      candidates_.push_back({v.req.id, v.req.client, v.req.priority, v.req.arrival_s, v.preemptions,
+                             static_cast<std::int64_t>(kv_.blocks(v.req.id).size()), v.generated});
+      candidate_slot_.push_back(order_[q]);
+    }
+    if (candidates_.empty()) return false;
+    const std::size_t pick = victim_.choose(std::span<const victim_candidate>(candidates_));
+    expects(pick < candidates_.size(), errc::out_of_range, "weft::sched::iteration_scheduler::schedule",
+            "victim policy returned index ", pick, " of ", candidates_.size(), " candidates");
+    preempt(candidate_slot_[pick]);
+    return true;
+  }
+
+  // Whole-prompt admission: preempted requests (rank order), then those a failed call took, then the
+  // Queue's, while the running cap allows and gate(candidate) agrees; each gets slots for its whole
+  // prompt at once; after(i) runs for each admitted running_[i]. A preempted request whose prompt and
+  // output outgrew the whole cache while nothing else runs is aborted (the only way it ends unfinished).
+  template <class Gate, class After>
+  void admit_whole(double now, Gate&& gate, After&& after) {
+    const std::size_t usable = kv_.usable_blocks();
+    while (live_running() < phase_.max_running()) {
+      source from = source::queue;
+      const request* next = next_waiting(now, from);
+      if (next == nullptr) return;
+      slot s = from == source::requeued ? requeued_.back() : new_slot(*next);
+      if (from == source::requeued && live_running() == 0 && std::cmp_greater(blocks_for(s.target + 1), usable)) {
+        abort_preempted();
+        continue;
+      }
+      const std::span<const token_id> ids = !s.tokens.empty() ? std::span<const token_id>(s.tokens) : s.req.prompt;
+      const weft::kv::request_options options = kv_request_options(s.req);
+      std::int64_t cached = 0;
+      if (!ids.empty() && s.done < s.target) cached = static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
+      const std::int64_t start = s.done < s.target ? std::max(s.done, std::min(cached, s.target - 1)) : s.done;
+      if (!gate(admission_candidate{s.target, start, cached})) return;
+      const auto slots = static_cast<std::size_t>(s.target);  // the whole prompt's KV now
+      auto alloc = ids.empty() ? kv_.allocate_prompt(s.req.id, slots, options, slots)
+                               : kv_.allocate_prompt(s.req.id, ids, options, slots);
+      if (!alloc) return;
+      const auto hit = static_cast<std::int64_t>(alloc->cached_tokens);
+      if (s.done < s.target) s.done = std::max(s.done, std::min(hit, s.target - 1));
+      detail::count_admission(stats_, s.req, from == source::requeued, hit);
+      if (alloc->host_to_device.blocks > 0)
+        batch_.copies.push_back({kv_copy::kind::prefix_in, s.req.id, std::move(alloc->host_to_device), {}});
+      s.reported = -1;
+      s.synced = static_cast<std::int64_t>(alloc->slots);
+      s.room = ids.empty() ? round_up(static_cast<std::int64_t>(alloc->slots)) : 0;
+      s.tokens.clear();  // the KV manager holds them now
+      s.alive = true;
+      s.group = 0;
+      take(from, std::move(s), now);
+      after(running_.size() - 1);
+    }
+  }
+
+  // Layered prefill: the prefills in flight run their next layer group, oldest first (their KV was
+  // allocated at admission); range_of(groups, group) is the group's layer range.
+  template <class RangeOf>
+  void advance_layer_groups(RangeOf&& range_of) {
+    arrival_order();
+    for (const std::size_t i : order_) {
+      const slot& s = running_[i];
+      if (s.alive && s.group > 0) add_entry(i, s.target - s.done, 0, range_of(s.groups, s.group));
+    }
+  }
+
+  // Layered prefill: the requests admitted from running_[first_new] on start their first layer group
+  // (split into `groups`); a request whose KV arrived ready decodes now if it can grow (no preemption).
+  template <class RangeOf>
+  void start_layer_groups(std::size_t first_new, int groups, RangeOf&& range_of) {
+    for (std::size_t i = first_new; i < running_.size(); ++i) {
+      if (!running_[i].alive) continue;
+      if (!in_decode(running_[i])) {
+        running_[i].groups = groups;
+        add_entry(i, running_[i].target - running_[i].done, 0, range_of(groups, 0));
+      } else if (ensure(i, running_[i].done + 1)) {
+        add_entry(i, 0, 1);
+      }
+    }
   }
 
   // Gives s slots up to `tokens` tokens: the next prefill chunk, or the decode step's input token —
@@ -458,7 +636,11 @@ class iteration_scheduler {
     return true;
   }
 
-  static auto rank(const slot& s) noexcept { return std::tuple(-s.preemptions, s.arrival_s, s.id); }
+  // The order of the waiting lines and of the head: (preemptions descending, arrival, id), or for
+  // phases that rank by arrival, (arrival, id) — preemptions then count 0 for everyone.
+  static auto rank(const slot& s) noexcept {
+    return std::tuple(Phase::ranks_by_preemptions ? -s.preemptions : 0, s.arrival_s, s.id);
+  }
 
   // The head, recomputed only when running_ changed since the last call (most iterations only decode).
   std::size_t find_head() noexcept {
@@ -477,18 +659,18 @@ class iteration_scheduler {
 
   // Schedules running_[i]: a decode token, or the next prefill chunk. Growth failures preempt victims
   // for the head and for decodes; a partial prefill that does not fit just waits.
-  void decode_or_continue(std::size_t i, bool may_preempt) {
+  void decode_or_continue(std::size_t i, bool may_preempt, bool chunked) {
     std::int64_t tokens = 0;
     if (in_decode(running_[i])) {
       tokens = 1;
     } else {
       tokens = running_[i].target - running_[i].done;
-      if (opt_.chunked_prefill) tokens = std::min(tokens, budget_);
+      if (chunked) tokens = std::min(tokens, budget_);
       if (tokens <= 0) return;
     }
     while (!in_room(running_[i], running_[i].done + tokens) && !ensure(i, running_[i].done + tokens)) {
       const slot& s = running_[i];
-      if (!in_decode(s) && opt_.chunked_prefill) {
+      if (!in_decode(s) && chunked) {
         // Shrink the chunk to what fits before preempting anyone.
         const auto held = static_cast<std::int64_t>(kv_.blocks(s.req.id).size());
         const std::int64_t fit =
@@ -528,8 +710,10 @@ class iteration_scheduler {
     }
   }
 
-  // Preempts one running request other than `protect` and the head. False when there is none.
+  // Preempts one running request other than `protect` and the head (a waiting fork first). False when
+  // there is none.
   bool preempt_victim(std::size_t protect) {
+    if (preempt_parked_fork()) return true;
     fill_candidates(protect, false, 0);
     if (candidates_.empty()) return false;
     const std::size_t pick = victim_.choose(std::span<const victim_candidate>(candidates_));
@@ -565,7 +749,7 @@ class iteration_scheduler {
     ++v.preemptions;
     v.alive = false;
     ++dead_;
-    if ((force_swap || opt_.preemption == preemption_mode::swap) && in_decode(v)) {
+    if ((force_swap || phase_.preemption() == preemption_mode::swap) && in_decode(v)) {
       sync(v);  // swap_out keeps exactly the computed tokens, so the KV manager must know them all
       if (auto plan = kv_.swap_out(v.req.id)) {
         v.synced = v.done;  // slots past the computed tokens are dropped
@@ -601,6 +785,8 @@ class iteration_scheduler {
     v.synced = 0;
     v.room = 0;
     v.reported = -1;
+    v.group = 0;  // a layered prefill in flight loses its partial layers
+    v.groups = 1;
     batch_.preempted_recompute.push_back(v.req.id);
     ++stats_.preempted_recompute;
     insert_ranked(requeued_, v, undo_kind::requeued_inserted);
@@ -630,13 +816,15 @@ class iteration_scheduler {
     list.insert(pos, std::move(copy));
   }
 
-  void resume_swapped(double now) {
-    while (!swapped_.empty() && running_.size() < opt_.max_running + dead_) {
+  // (2) Swapped-out requests return (best rank first) while the KV cache takes them back; each decodes
+  // now if it can grow.
+  void resume_swapped(double now, bool inter_tenant) {
+    while (!swapped_.empty() && running_.size() < phase_.max_running() + dead_) {
       const slot& s = swapped_.back();
-      if (opt_.inter_tenant_preemption) {
+      if (inter_tenant) {
         // Do not bring back a request that a waiting higher-priority one would evict again at once
         // (that would thrash: FastSwitch's point is to switch contexts rarely and cheaply).
-        const request* head = queue_.peek(now);
+        const request* head = detail::peek_live(queue_, held_, now);
         if (head != nullptr && head->priority > s.req.priority) break;
       }
       auto plan = kv_.swap_in(s.req.id);
@@ -663,47 +851,98 @@ class iteration_scheduler {
 
   enum class source : std::uint8_t { requeued, front, queue };
 
-  void admit(double now) {
-    while (live_running() < opt_.max_running && budget_ > 0) {
+  // The next request to admit and its line: preempted ones first (best rank), then those a failed call
+  // took from the Queue, then the Queue's choice (requests cancelled inside it are dropped on the way).
+  const request* next_waiting(double now, source& from) {
+    if (!requeued_.empty()) {
+      from = source::requeued;
+      return &requeued_.back().req;
+    }
+    if (!front_.empty()) {
+      from = source::front;
+      return &front_.front();
+    }
+    from = source::queue;
+    return detail::peek_live(queue_, held_, now);
+  }
+
+  // The slot of a request starting for the first time: its prompt to prefill, from kv_ready_tokens on.
+  static slot new_slot(const request& r) {
+    slot s;
+    s.req = r;
+    bind(s);
+    s.target = s.req.prompt_tokens;
+    s.done = s.req.kv_ready_tokens;
+    if (s.done == s.req.prompt_tokens) s.generated = 1;  // prefilled elsewhere: first token exists
+    return s;
+  }
+
+  // Takes the admitted request s from its line and appends it to the running batch (undo-logged; room
+  // reserved first, so nothing below throws until the Queue's own hooks).
+  void take(source from, slot&& s, double now) {
+    detail::reserve_more(running_, 1);
+    undo_.reserve(2);
+    if (from == source::requeued) {
+      undo_.next().saved = requeued_.back();  // the only throw, before the entry counts
+      undo_.push(undo_kind::requeued_erased, requeued_.size() - 1);
+      requeued_.pop_back();
+    } else if (from == source::front) {
+      undo_.next().saved.emplace().req = front_.front();  // the only throw, before the entry counts
+      undo_.push(undo_kind::front_erased, 0);
+      front_.erase(front_.begin());
+    } else {
+      undo_.next().saved.emplace();
+      const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
+      undo_.push(undo_kind::queue_popped, 0).saved->req = popped;
+      queue_.on_admit(s.req);
+    }
+    undo_.push(undo_kind::running_pushed, 0);
+    running_.push_back(std::move(s));
+    ++running_version_;
+  }
+
+  // Ends the best-ranked preempted request, which can never fit again (whole-prompt admission).
+  void abort_preempted() {
+    deferred_finish_.emplace_back(requeued_.back().req, requeued_.back().generated);
+    batch_.aborted.push_back(requeued_.back().req.id);
+    undo_.reserve(1);
+    undo_.next().saved = requeued_.back();  // the only throw, before the entry counts
+    undo_.push(undo_kind::requeued_erased, requeued_.size() - 1);
+    requeued_.pop_back();
+    ++stats_.aborted;
+  }
+
+  std::int64_t blocks_for(std::int64_t tokens) const noexcept {
+    const auto bs = static_cast<std::int64_t>(kv_.block_size());
+    return tokens / bs + (tokens % bs != 0 ? 1 : 0);
+  }
+
+  // (4) Admission in chunks: preempted requests first (rank order), then those a failed call took,
+  // then the queue, while the batch, the token budget and the KV cache allow. Without chunks (Orca)
+  // the first prefill of an iteration may be any length and later ones stay within orca_budget.
+  void admit_chunks(double now, bool chunked, std::int64_t orca_budget, bool inter_tenant) {
+    while (live_running() < phase_.max_running() && budget_ > 0) {
       source from = source::queue;
-      const request* next = nullptr;
-      if (!requeued_.empty()) {
-        from = source::requeued;
-        next = &requeued_.back().req;
-      } else if (!front_.empty()) {
-        from = source::front;
-        next = &front_.front();
-      } else {
-        next = queue_.peek(now);
-      }
+      const request* next = next_waiting(now, from);
       if (next == nullptr) return;
-      slot s;
-      if (from == source::requeued) {
-        s = requeued_.back();
-      } else {
-        s.req = *next;
-        bind(s);
-        s.target = s.req.prompt_tokens;
-        s.done = s.req.kv_ready_tokens;
-        if (s.done == s.req.prompt_tokens) s.generated = 1;  // prefilled elsewhere: first token exists
-      }
+      slot s = from == source::requeued ? requeued_.back() : new_slot(*next);
       const std::span<const token_id> ids = !s.tokens.empty() ? std::span<const token_id>(s.tokens) : s.req.prompt;
       const weft::kv::request_options options = kv_request_options(s.req);
       // Orca: the first prefill of an iteration may be any length; later ones stay within token_budget.
-      if (!opt_.chunked_prefill && batch_.prefill_tokens > 0 && s.done < s.target) {
+      if (!chunked && batch_.prefill_tokens > 0 && s.done < s.target) {
         const std::int64_t cached = ids.empty() ? 0 : static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
         const std::int64_t prefill = s.target - std::max(s.done, std::min(cached, s.target - 1));
-        if (batch_.prefill_tokens + prefill > opt_.token_budget) return;
+        if (batch_.prefill_tokens + prefill > orca_budget) return;
       }
       // The whole prompt must fit (vLLM's admission rule; the KV manager keeps its watermark); the
       // cached prefix gets its slots now, the chunk below.
       auto alloc = allocate(s, ids, options);
-      if (!alloc && opt_.inter_tenant_preemption) {
+      if (!alloc && inter_tenant) {
         while (!alloc && make_room_for(s)) alloc = allocate(s, ids, options);
       }
       if (!alloc) return;
       const auto cached = static_cast<std::int64_t>(alloc->cached_tokens);
-      stats_.cached_prompt_tokens += static_cast<std::uint64_t>(cached);
+      detail::count_admission(stats_, s.req, from == source::requeued, cached);
       if (s.done < s.target) s.done = std::max(s.done, std::min(cached, s.target - 1));
       if (alloc->host_to_device.blocks > 0)
         batch_.copies.push_back({kv_copy::kind::prefix_in, s.req.id, std::move(alloc->host_to_device), {}});
@@ -712,32 +951,11 @@ class iteration_scheduler {
       s.room = 0;
       s.tokens.clear();  // the KV manager holds them now
       s.alive = true;
-      // Take it from its source, and into the running batch (undo-logged; room reserved first, so
-      // nothing below throws until the queue's own hooks).
-      detail::reserve_more(running_, 1);
-      undo_.reserve(2);
-      if (from == source::requeued) {
-        undo_.next().saved = requeued_.back();  // the only throw, before the entry counts
-        undo_.push(undo_kind::requeued_erased, requeued_.size() - 1);
-        requeued_.pop_back();
-      } else if (from == source::front) {
-        undo_.next().saved.emplace().req = front_.front();  // the only throw, before the entry counts
-        undo_.push(undo_kind::front_erased, 0);
-        front_.erase(front_.begin());
-      } else {
-        undo_.next().saved.emplace();
-        const request popped = queue_.pop(now);  // logged once it happened: a throwing pop changed nothing
-        undo_.push(undo_kind::queue_popped, 0).saved->req = popped;
-        queue_.on_admit(s.req);
-      }
-      if (from != source::requeued) ++stats_.admitted;
-      undo_.push(undo_kind::running_pushed, 0);
-      running_.push_back(std::move(s));
-      ++running_version_;
+      take(from, std::move(s), now);
       const std::size_t i = running_.size() - 1;
       const bool decode = in_decode(running_[i]);
       std::int64_t tokens = decode ? 1 : running_[i].target - running_[i].done;
-      if (!decode && opt_.chunked_prefill) tokens = std::min(tokens, budget_);
+      if (!decode && chunked) tokens = std::min(tokens, budget_);
       if (!ensure(i, running_[i].done + tokens)) {
         // Admitted, but its first step does not fit this iteration (a quota): it waits in the batch.
         continue;
@@ -763,12 +981,15 @@ class iteration_scheduler {
     return true;
   }
 
-  [[gnu::always_inline]] inline void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode) {
+  // Adds running_[i]'s step to the batch: `prefill` prompt tokens or one decode token, through
+  // `layers` (default: all). Only a step that reaches the last layer may emit a token.
+  [[gnu::always_inline]] inline void add_entry(std::size_t i, std::int64_t prefill, std::int64_t decode,
+                                               layer_range layers = {}) {
     const slot& s = running_[i];
-    if (prefill > 0 || s.reported < 0) ++may_report_;
-    const bool emits = decode > 0 || s.done + prefill >= s.target;
-    batch_.entries.push_back(
-        {s.id, s.client, prefill, decode, s.done + prefill + decode, emits, decode > 0 ? s.pending : -1});
+    if (!Phase::batches_decoded_ids || prefill > 0 || s.reported < 0) ++may_report_;
+    const bool emits = (decode > 0 || s.done + prefill >= s.target) && layers.reaches_output();
+    batch_.entries.push_back({s.id, s.client, prefill, decode, s.done + prefill + decode, emits,
+                              decode > 0 && s.with_ids ? s.pending : -1, layers.all() ? layer_range{} : layers});
     entry_slot_.push_back(i);
     batch_.prefill_tokens += prefill;
     batch_.decode_tokens += decode;
@@ -826,6 +1047,9 @@ class iteration_scheduler {
         case undo_kind::swapped_erased:
           detail::undo_erase(swapped_, e.index, e.saved);
           break;
+        case undo_kind::forked_erased:
+          detail::undo_erase(forked_, e.index, e.saved);
+          break;
         case undo_kind::front_erased:
         case undo_kind::queue_popped:
           detail::undo_take(front_, e.saved->req);
@@ -861,7 +1085,7 @@ class iteration_scheduler {
     expects(it != running_.end(), errc::not_found, where, "request ", parent,
             " is not running (waiting, swapped out, finished or unknown)");
     expects(child.valid(), errc::invalid_argument, where, "child id is invalid()");
-    expects(!ids_.contains(child), errc::already_exists, where, "request ", child,
+    expects(!held_.contains(child), errc::already_exists, where, "request ", child,
             " is already in this scheduler; request ids must be unique");
     expects(in_decode(*it) && it->generated >= 1 && !it->pending_in_kv, errc::precondition, where, "request ", parent,
             it->generated == 0 ? " has not produced its first token yet" : " is not right after a step that emitted",
@@ -869,7 +1093,8 @@ class iteration_scheduler {
     expects((first_token != nullptr) == with_tokens(*it), errc::invalid_argument, where, "request ", parent,
             with_tokens(*it) ? " carries token ids: fork it with the child's first token"
                              : " is counted by length: fork it without a token");
-    if (live_running() >= opt_.max_running) return false;
+    // A full batch does not drop the sample: it waits, holding its share of the parent's KV.
+    const bool park = live_running() >= phase_.max_running();
     const std::size_t p = static_cast<std::size_t>(it - running_.begin());
     // Everything that can throw before the KV manager changes: the child's slot and room for it.
     slot c = running_[p];
@@ -879,8 +1104,8 @@ class iteration_scheduler {
     c.preemptions = 0;
     c.tokens.clear();
     slot parent_before = running_[p];
-    detail::reserve_more(running_, 1);
-    ids_.insert(child);
+    detail::reserve_more(park ? forked_ : running_, 1);
+    held_.share(parent, c.req);  // the child views the parent's prompt copy
     kv_.begin_transaction();
     bool ok = false;
     try {
@@ -889,13 +1114,13 @@ class iteration_scheduler {
     } catch (...) {
       kv_.rollback_transaction();
       running_[p] = std::move(parent_before);
-      ids_.erase(child);
+      held_.release(child);
       throw;
     }
     if (!ok) {
       kv_.rollback_transaction();
       running_[p] = std::move(parent_before);
-      ids_.erase(child);
+      held_.release(child);
       return false;
     }
     kv_.commit_transaction();
@@ -909,13 +1134,43 @@ class iteration_scheduler {
     if (first_token != nullptr) c.pending = *first_token;
     c.pending_in_kv = false;
     queue_.on_admit(c.req);
-    running_.push_back(std::move(c));
-    ++running_version_;
+    if (park) {
+      forked_.push_back(std::move(c));
+    } else {
+      running_.push_back(std::move(c));
+      ++running_version_;
+    }
     ++stats_.forked;
     return true;
   }
 
-  scheduler_options opt_;
+  // Forked samples that waited for room join the running batch, oldest fork first, while the running
+  // cap allows (undo-logged). They decode in this iteration's decode step.
+  void join_forks() {
+    while (!forked_.empty() && live_running() < phase_.max_running()) unpark(0);
+  }
+  // Moves forked_[k] to the back of running_ (undo-logged).
+  void unpark(std::size_t k) {
+    detail::reserve_more(running_, 1);
+    undo_.reserve(2);
+    undo_.next().saved = forked_[k];  // the only throw, before the entry counts
+    undo_.push(undo_kind::forked_erased, k);
+    undo_.push(undo_kind::running_pushed, 0);
+    running_.push_back(std::move(forked_[k]));
+    forked_.erase(forked_.begin() + static_cast<std::ptrdiff_t>(k));
+    ++running_version_;
+  }
+  // When KV runs out, a forked sample still waiting for room gives way first (it is not running; it
+  // holds its share of blocks): preempted like any request, so it comes back and is never dropped.
+  // False when none waits.
+  bool preempt_parked_fork() {
+    if (forked_.empty()) return false;
+    unpark(forked_.size() - 1);
+    preempt(running_.size() - 1);
+    return true;
+  }
+
+  Phase phase_;
   Queue queue_;
   KV kv_;
   Victim victim_;
@@ -923,20 +1178,25 @@ class iteration_scheduler {
   batch previous_;  // the batch before batch_, kept to restore last_batch() when schedule() fails
   scheduler_stats stats_;
   // Invariants: running_ holds admitted requests in admission order (dead ones only inside schedule);
-  // requeued_ and swapped_ are sorted by descending rank (best at the back); front_ holds requests a
+  // requeued_ and swapped_ are sorted by descending rank (best at the back); forked_ holds forks made
+  // while the batch was full, oldest first, each holding KV and in decode; front_ holds requests a
   // failed schedule() took from the queue, oldest first; entry_slot_[k] is the running_ index of
-  // batch_.entries[k]; ids_ holds the id of every request waiting, running or swapped out here.
+  // batch_.entries[k]; held_ holds every request waiting, running, swapped out or forked here.
   std::vector<slot> running_;
   std::vector<slot> requeued_;
   std::vector<slot> swapped_;
+  std::vector<slot> forked_;  // forked samples waiting for room in the batch, oldest first; they hold KV
   std::vector<request> front_;
-  std::unordered_set<request_id> ids_;
+  detail::request_store held_;  // every request here, with its prompt ids and media (copied at submit)
   std::vector<std::size_t> entry_slot_;
   std::vector<std::size_t> remap_;
   std::vector<std::size_t> done_entries_;
   std::vector<char> is_done_;
+  std::vector<std::size_t> token_at_;  // complete(): entry k's index in decoded (detail::no_token: none)
+  std::vector<std::pair<request_id, std::size_t>> sorted_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
+  std::vector<std::size_t> order_;  // arrival-order steps: live running indices by (arrival, id)
   detail::undo_log<undo_entry> undo_;
   // find_head()'s cache: running_version_ changes whenever running_ gains, loses or replaces a slot.
   std::uint64_t running_version_ = 0, head_version_ = ~std::uint64_t{0};

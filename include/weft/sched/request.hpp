@@ -26,8 +26,9 @@ using request_id = weft::request_id;
 using token_id = weft::token_id;
 
 /// What a scheduler knows about a request when it arrives. A plain value: thread-safe to copy. It
-/// does not own its prompt: the caller keeps the token ids (and media) alive until the request
-/// leaves the scheduler (finished, aborted or migrated).
+/// does not own its prompt: `prompt` and `media` are views. A batch scheduler copies both at submit,
+/// so the caller's buffers may go as soon as submit() returns; a queue used on its own keeps the
+/// views, so there the caller keeps them alive until the request is popped.
 struct request {
   request_id id{};
   client_id client{0};
@@ -44,9 +45,13 @@ struct request {
   double ttft_slo_s = 0.0;           ///< time-to-first-token target; 0: none
   double tpot_slo_s = 0.0;           ///< time-per-output-token target; 0: none
   /// The prompt's token ids. With them the KV manager finds cached prefixes by content and caches
-  /// this request's blocks (prompt and decoded) for others; empty: the request is counted only (a
-  /// simulator's mode: no prefix caching).
+  /// this request's blocks (prompt and decoded) for others. A request without them must say so with
+  /// counted_by_length: a batch scheduler refuses an empty prompt otherwise.
   std::span<const token_id> prompt{};
+  /// True for a request scheduled by its length alone, with no token ids (a simulator's mode: no
+  /// prefix caching, and the KV manager holds no ids an engine could read). An explicit opt-in, so an
+  /// engine that forgot to set `prompt` gets an error instead of a request whose ids are missing.
+  bool counted_by_length = false;
   std::uint64_t cache_salt = 0;  ///< prefix-cache namespace (0: shared with every unsalted request)
   std::uint64_t adapter_id = 0;  ///< LoRA adapter (0: base model); part of every block's key
   std::span<const weft::kv::multimodal_item> media{};  ///< multimodal items in the prompt, sorted by offset
@@ -59,6 +64,9 @@ inline void validate(const request& r, const char* where) {
   expects(r.client.valid(), errc::invalid_argument, where, "request ", r.id, ": client id must be valid");
   expects(r.prompt_tokens >= 1, errc::invalid_argument, where, "request ", r.id, ": prompt_tokens must be >= 1, got ",
           r.prompt_tokens);
+  expects(!r.counted_by_length || r.prompt.empty(), errc::invalid_argument, where, "request ", r.id,
+          ": counted_by_length is set but prompt holds ", r.prompt.size(),
+          " token ids; clear one of them (a request is scheduled by its ids or by its length)");
   expects(r.prompt.empty() || std::cmp_equal(r.prompt.size(), r.prompt_tokens), errc::invalid_argument, where,
           "request ", r.id, ": prompt holds ", r.prompt.size(), " token ids but prompt_tokens is ", r.prompt_tokens,
           "; they must match");

@@ -1,7 +1,6 @@
-// Internal: the parts of schedule() and complete() weft's batch schedulers share: the checks of the
-// engine's report (finished ids and decoded tokens against the batch in flight, all three schedulers),
-// made before anything changes, and the KV transaction frames of prefill_first_scheduler and
-// layered_prefill_scheduler (iteration_scheduler keeps its own inline: measured ~4% faster there).
+// Internal: complete()'s check of the engine's report (finished ids and decoded tokens against the
+// batch in flight), made before anything changes, and a KV transaction frame for the scheduler's
+// smaller calls (schedule() and complete() keep theirs inline: measured ~4% faster there).
 #pragma once
 
 #include <weft/core/error.hpp>
@@ -11,23 +10,31 @@
 #include <algorithm>
 #include <cstddef>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace weft::sched::detail {
 
-/// Checks complete()'s arguments against the non-empty batch b and marks is_done[k] (resized to the
-/// entries) for every entry k whose request is listed in `finished`; returns how many were marked.
-/// `not_emitting_note` is appended to the message for a finished request whose entry emitted no token;
-/// carries_ids(k) says whether entry k's request carries token ids (then an emitting entry that does
-/// not finish needs its decoded token). Throws weft::error naming the request and the rule, changing
-/// nothing but is_done. O(E * F) (E entries, F finished).
+/// Where complete() found no decoded token for an entry.
+inline constexpr std::size_t no_token = static_cast<std::size_t>(-1);
+
+/// Checks complete()'s arguments against the non-empty batch b, before anything changes: marks
+/// is_done[k] (resized to the entries) for every entry k whose request is listed in `finished`, and
+/// sets token_at[k] to the index in `decoded` of entry k's token (no_token when none was given);
+/// returns how many entries were marked done. The tokens are matched by request id, in any order (a
+/// list in entry order is matched in one pass; another order sorts a copy of the ids). Every token
+/// must belong to an entry of b that emitted one, at most one per request; `not_emitting_note` is
+/// appended to the message for a finished request whose entry emitted no token; carries_ids(k) says
+/// whether entry k's request carries token ids (then an emitting entry that does not finish needs its
+/// token). Throws weft::error naming the request and the rule. O(E * F + D) in entry order, else
+/// O(E * F + (D + E) log D) (E entries, F finished, D decoded).
 template <class CarriesIds>
-std::size_t check_completion(const batch& b, std::span<const request_id> finished, std::span<const token_id> decoded,
-                             std::vector<char>& is_done, const char* where, const char* not_emitting_note,
-                             CarriesIds&& carries_ids) {
+std::size_t check_completion(const batch& b, std::span<const request_id> finished,
+                             std::span<const decoded_token> decoded, std::vector<char>& is_done,
+                             std::vector<std::size_t>& token_at,
+                             std::vector<std::pair<request_id, std::size_t>>& sorted, const char* where,
+                             const char* not_emitting_note, CarriesIds&& carries_ids) {
   const std::size_t n = b.entries.size();
-  expects(decoded.empty() || decoded.size() == n, errc::invalid_argument, where, "the last batch has ", n,
-          " entries but ", decoded.size(), " decoded tokens were given; give one per entry, in entry order");
   // One pass finds every finished id among the entries (F is small: a linear find per entry).
   is_done.assign(n, 0);
   std::size_t found = 0;
@@ -48,36 +55,58 @@ std::size_t check_completion(const batch& b, std::span<const request_id> finishe
               errc::invalid_argument, where, "request ", id, " is listed as finished twice");
     }
   }
-  if (decoded.empty())
-    for (std::size_t k = 0; k < n; ++k)
-      expects(!b.entries[k].emits_token || is_done[k] || !carries_ids(k), errc::invalid_argument, where, "request ",
-              b.entries[k].id, " carries token ids and emitted a token in the last batch: complete() needs ",
-              "the decoded token of every entry (decoded is empty)");
+  // The tokens, by id: the common list (one per emitting entry, in entry order) is matched and checked
+  // in one pass; anything else takes the general path below, which also names what is wrong.
+  token_at.resize(n);
+  std::size_t j = 0;
+  bool clean = true;
+  for (std::size_t k = 0; k < n; ++k) {
+    const batch_entry& e = b.entries[k];
+    if (j < decoded.size() && decoded[j].id == e.id) {
+      token_at[k] = j++;
+      clean = clean && e.emits_token;
+    } else {
+      token_at[k] = no_token;
+      clean = clean && (!e.emits_token || is_done[k] || !carries_ids(k));
+    }
+  }
+  if (clean && j == decoded.size()) return found;
+  if (j != decoded.size()) {
+    // Another order (or a stray token): match through the sorted ids, naming what does not fit.
+    sorted.clear();
+    for (std::size_t d = 0; d < decoded.size(); ++d) sorted.emplace_back(decoded[d].id, d);
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t d = 1; d < sorted.size(); ++d)
+      expects(sorted[d - 1].first != sorted[d].first, errc::invalid_argument, where, "request ", sorted[d].first,
+              " is given two decoded tokens; give one per request");
+    std::size_t matched = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto it = std::lower_bound(sorted.begin(), sorted.end(), std::pair(b.entries[k].id, std::size_t{0}));
+      token_at[k] = no_token;
+      if (it == sorted.end() || it->first != b.entries[k].id) continue;
+      token_at[k] = it->second;
+      ++matched;
+    }
+    if (matched != decoded.size())
+      for (const decoded_token& t : decoded)
+        expects(std::any_of(b.entries.begin(), b.entries.end(), [&](const batch_entry& e) { return e.id == t.id; }),
+                errc::not_found, where, "request ", t.id,
+                " is given a decoded token but is not in the last batch; each token must name its own request");
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    const batch_entry& e = b.entries[k];
+    expects(token_at[k] == no_token || e.emits_token, errc::invalid_argument, where, "request ", e.id,
+            " is given a decoded token but its entry in the last batch emitted none", not_emitting_note);
+    expects(!e.emits_token || is_done[k] || token_at[k] != no_token || !carries_ids(k), errc::invalid_argument, where,
+            "request ", e.id, " carries token ids and emitted a token in the last batch: complete() needs its ",
+            "decoded token ({id, token} in decoded)");
+  }
   return found;
 }
 
-/// Runs body(begin) where begin() opens kv's transaction the first time it is called: committed when
-/// body returns, rolled back (and the exception passed on) when it throws; a body that never calls
-/// begin() leaves the KV manager untouched. O(1) plus body.
-template <class KV, class Body>
-void in_lazy_transaction(KV& kv, Body&& body) {
-  bool open = false;
-  auto begin = [&] {
-    if (!open) kv.begin_transaction();
-    open = true;
-  };
-  try {
-    body(begin);
-  } catch (...) {
-    if (open) kv.rollback_transaction();
-    throw;
-  }
-  if (open) kv.commit_transaction();
-}
-
-/// schedule()'s frame: body() runs inside kv's transaction, committed when it returns; when it
-/// throws, the transaction is rolled back, undo() restores the scheduler's own state (it must not
-/// throw) and the exception passes on. O(1) plus body (and undo).
+/// A call's frame: body() runs inside kv's transaction, committed when it returns; when it throws, the
+/// transaction is rolled back, undo() restores the scheduler's own state (it must not throw) and the
+/// exception passes on. O(1) plus body (and undo).
 template <class KV, class Body, class Undo>
 void in_transaction(KV& kv, Body&& body, Undo&& undo) {
   kv.begin_transaction();
@@ -89,16 +118,6 @@ void in_transaction(KV& kv, Body&& body, Undo&& undo) {
     throw;
   }
   kv.commit_transaction();
-}
-
-/// complete()'s answer when no batch is in flight (n == 0 entries): true, after checking that nothing
-/// was reported for it (weft::error(precondition) otherwise); false while a batch is in flight. O(1).
-inline bool nothing_in_flight(std::size_t n, std::span<const request_id> finished, std::span<const token_id> decoded,
-                              const char* where) {
-  if (n != 0) return false;
-  expects(finished.empty() && decoded.empty(), errc::precondition, where,
-          "no batch is in flight (complete() was already called, or schedule() returned an empty batch)");
-  return true;
 }
 
 }  // namespace weft::sched::detail

@@ -1,24 +1,115 @@
-// The parts of submit() every weft batch scheduler shares: the checks a new request must pass, the
-// block count its prompt and first output token need (overflow-proof), and the all-or-nothing push
-// into the scheduler's id set and queue.
+// The parts of submit() every weft batch scheduler shares: the store of the requests it holds (their
+// ids, and its own copies of their prompt ids and media, so an engine may free its buffers once
+// submit() returned), the checks a new request must pass, the block count its prompt and first output
+// token need (overflow-proof), and the all-or-nothing push into the store and the queue.
 #pragma once
 
 #include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
 #include <weft/sched/request.hpp>
+#include <weft/sched/scheduler_options.hpp>  // scheduler_stats
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
-#include <unordered_set>
+#include <memory>
+#include <unordered_map>
+#include <vector>
 
 namespace weft::sched::detail {
 
-/// Throws weft::error, naming r, when its id is already in `ids` (`where_held` says where a scheduler
-/// may hold it) or when it carries prompt ids together with kv_ready_tokens. O(1) expected.
-template <class Ids>
-void check_new_request(const Ids& ids, const request& r, const char* where, const char* where_held) {
-  expects(!ids.contains(r.id), errc::already_exists, where, "request ", r.id, " is already in this scheduler (",
+/// The requests a batch scheduler holds, by id, each with the scheduler's own copy of its prompt ids
+/// and media (shared by a request and its forks). A request held here views those copies, so they
+/// live exactly as long as the request is in the scheduler. A request cancelled while it waits inside
+/// the Queue (which cannot remove it) stays here, marked, until the scheduler pops and drops it: its
+/// copy is still viewed by the Queue, and its id may not be submitted again meanwhile. Not
+/// thread-safe. O(1) expected per call, plus the copy of the ids at adopt().
+class request_store {
+ public:
+  bool contains(request_id id) const noexcept { return held_.contains(id); }
+  std::size_t size() const noexcept { return held_.size(); }
+
+  /// r, viewing this store's copies of its prompt ids and media; its id is recorded. Strong
+  /// guarantee (bad_alloc changes nothing). O(prompt + media).
+  request adopt(const request& r) {
+    entry e;
+    if (!r.prompt.empty() || !r.media.empty()) {
+      auto copy = std::make_shared<stored>();
+      copy->prompt.assign(r.prompt.begin(), r.prompt.end());
+      copy->media.assign(r.media.begin(), r.media.end());
+      e.copy = std::move(copy);
+    }
+    request out = r;
+    view(out, e);
+    held_.emplace(r.id, std::move(e));
+    return out;
+  }
+  /// Records `child` as sharing `parent`'s copies (a fork); `child` views them too. Strong
+  /// guarantee. O(1) expected.
+  void share(request_id parent, request& child) {
+    entry e;
+    e.copy = held_.at(parent).copy;
+    view(child, e);
+    held_.emplace(child.id, std::move(e));
+  }
+  /// Forgets id; its copies go when no fork shares them. Unknown ids are ignored. O(1) expected.
+  void release(request_id id) noexcept { held_.erase(id); }
+
+  /// Marks a request that waits inside the Queue as cancelled (see the class comment). O(1) expected.
+  void mark_cancelled(request_id id) noexcept {
+    auto it = held_.find(id);
+    if (it != held_.end() && !it->second.cancelled) {
+      it->second.cancelled = true;
+      ++cancelled_;
+    }
+  }
+  /// True when id was cancelled while inside the Queue and waits there to be dropped. O(1) expected.
+  bool cancelled(request_id id) const noexcept {
+    if (cancelled_ == 0) return false;
+    const auto it = held_.find(id);
+    return it != held_.end() && it->second.cancelled;
+  }
+  /// Drops a cancelled request the scheduler popped from the Queue. O(1) expected.
+  void drop_cancelled(request_id id) noexcept {
+    auto it = held_.find(id);
+    if (it == held_.end() || !it->second.cancelled) return;
+    held_.erase(it);
+    --cancelled_;
+  }
+  /// Cancelled requests still inside the Queue (the scheduler's waiting() leaves them out). O(1).
+  std::size_t cancelled_in_queue() const noexcept { return cancelled_; }
+
+ private:
+  struct stored {
+    std::vector<token_id> prompt;
+    std::vector<weft::kv::multimodal_item> media;
+  };
+  struct entry {
+    std::shared_ptr<const stored> copy;  // null for a request with neither ids nor media
+    bool cancelled = false;
+  };
+  static void view(request& r, const entry& e) noexcept {
+    r.prompt = e.copy ? std::span<const token_id>(e.copy->prompt) : std::span<const token_id>();
+    r.media = e.copy ? std::span<const weft::kv::multimodal_item>(e.copy->media)
+                     : std::span<const weft::kv::multimodal_item>();
+  }
+  std::unordered_map<request_id, entry> held_;
+  std::size_t cancelled_ = 0;
+};
+
+/// Throws weft::error, naming r, when its id is already held (`where_held` says where a scheduler may
+/// hold it), when it has no prompt ids without saying counted_by_length, or when it carries prompt ids
+/// together with kv_ready_tokens. O(1) expected.
+inline void check_new_request(const request_store& held, const request& r, const char* where, const char* where_held) {
+  expects(!held.cancelled(r.id), errc::already_exists, where, "request ", r.id,
+          " was cancelled while waiting in the queue, which still holds it until the scheduler reaches it; "
+          "submit the new request under another id");
+  expects(!held.contains(r.id), errc::already_exists, where, "request ", r.id, " is already in this scheduler (",
           where_held, "); request ids must be unique");
+  expects(!r.prompt.empty() || r.counted_by_length, errc::invalid_argument, where, "request ", r.id,
+          " has no prompt token ids (prompt is empty) but prompt_tokens is ", r.prompt_tokens,
+          "; give its ids, or set counted_by_length = true to schedule it by length alone (no prefix caching, "
+          "and kv().tokens(id) holds no prompt ids for an engine to read)");
   expects(r.prompt.empty() || r.kv_ready_tokens == 0, errc::unsupported, where, "request ", r.id,
           ": kv_ready_tokens is supported only for requests counted by length (no prompt ids)");
 }
@@ -40,17 +131,47 @@ bool fits_device_cache(const request& r, const KV& kv, const char* where) {
   return blocks_to_first_token(r, kv.block_size(), where) <= kv.usable_blocks();
 }
 
-/// Records r's id and pushes r into the queue; if the push throws, the id is forgotten again (the
-/// scheduler is unchanged). O(queue push).
-template <class Ids, class Queue>
-void enqueue_new(Ids& ids, Queue& queue, const request& r, double now) {
-  ids.insert(r.id);
+/// Stores r (the scheduler's copy of its ids and media) and pushes the stored request into the queue;
+/// if the push throws, r is forgotten again (the scheduler is unchanged). O(prompt + queue push).
+template <class Queue>
+void enqueue_new(request_store& held, Queue& queue, const request& r, double now) {
+  const request stored = held.adopt(r);
   try {
-    queue.push(r, now);
+    queue.push(stored, now);
   } catch (...) {
-    ids.erase(r.id);
+    held.release(r.id);
     throw;
   }
+}
+
+/// Counts one admission of r that found `cached` prompt tokens in the prefix cache: a first one, or a
+/// re-admission after a recompute preemption (scheduler_stats says why they are kept apart). O(1).
+inline void count_admission(scheduler_stats& stats, const request& r, bool readmission, std::int64_t cached) noexcept {
+  const auto hit = static_cast<std::uint64_t>(cached);
+  stats.cached_prompt_tokens += hit;
+  if (readmission) {
+    ++stats.readmitted;
+    stats.readmission_cached_tokens += hit;
+  } else {
+    ++stats.admitted;
+    stats.first_admission_prompt_tokens += static_cast<std::uint64_t>(r.prompt_tokens - r.kv_ready_tokens);
+    stats.first_admission_cached_tokens += hit;
+  }
+}
+
+/// The next request the Queue would hand out at `now`, after popping and dropping the requests
+/// cancelled inside it (they were never admitted: no service is charged). Null when none is left.
+/// O(Queue peek + pop per dropped request).
+template <class Queue>
+const request* peek_live(Queue& queue, request_store& held, double now) {
+  const request* next = queue.peek(now);
+  while (next != nullptr && held.cancelled(next->id)) {
+    const request_id id = next->id;
+    (void)queue.pop(now);
+    held.drop_cancelled(id);
+    next = queue.peek(now);
+  }
+  return next;
 }
 
 }  // namespace weft::sched::detail

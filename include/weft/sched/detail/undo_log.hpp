@@ -1,7 +1,6 @@
 // Internal: the undo log of a batch scheduler's own state (its running set and waiting lists), kept
 // by schedule() beside the KV manager's transaction so a failed call changes nothing (the undo log of
-// a database transaction; Gray & Reuter, Transaction Processing, ch. 9-10). iteration_scheduler and
-// prefill_first_scheduler log different changes in the same log.
+// a database transaction; Gray & Reuter, Transaction Processing, ch. 9-10), under every phase.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +51,7 @@ class undo_log {
   std::size_t count_ = 0;  // entries_[0, count_) are logged
 };
 
-/// The undo of the changes to the waiting lines that both schedulers log: an insert into a list at
+/// The undo of the changes to the waiting lines the scheduler logs: an insert into a list at
 /// `index`, an erase from it (the entry saved the element), and a request taken from the front line or
 /// popped from the queue (both go back to the front line, so the next schedule() admits it first).
 template <class T>

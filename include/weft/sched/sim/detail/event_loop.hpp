@@ -197,10 +197,10 @@ class event_loop {
       for (const auto& e : b.entries) {
         const auto r = acc_.entry(e, n.start, now_);
         n.queued_prompt -= r.prompt_tokens;
-        // The simulated engine samples the conversation's next token (any value for a counted request).
-        decoded_.push_back(r.emitted && !tokens_[r.index].empty() ? token_at(w_[r.index], e.context_tokens, o_.seed)
-                                                                  : token_id{0});
         if (!r.emitted) continue;
+        // The simulated engine samples the conversation's next token (any value for a counted request).
+        decoded_.push_back(
+            {e.id, !tokens_[r.index].empty() ? token_at(w_[r.index], e.context_tokens, o_.seed) : token_id{0}});
         if (hooks_ && hooks_->on_token) hooks_->on_token(j, r.index, now_);
         if (r.last) {
           finished_.push_back(e.id);
@@ -249,6 +249,7 @@ class event_loop {
       r.prefix_tokens = 0;
       r.prompt = {};  // counted here: its KV arrives ready, its ids stay behind
       r.media = {};
+      r.counted_by_length = true;
       expects(nodes_[ev.node].s->submit(r, now_), errc::capacity, where_, "request ", r.id, " does not fit instance ",
               ev.node, "'s KV cache");
       nodes_[ev.node].stalled = false;
@@ -267,8 +268,9 @@ class event_loop {
       request r = w_[next_].req;
       if (o_.token_ids && shares_prefix(w_[next_])) {
         prompt_tokens(w_[next_], o_.seed, tokens_[next_]);
-        r.prompt = tokens_[next_];  // alive until the request leaves its scheduler
+        r.prompt = tokens_[next_];
       }
+      r.counted_by_length = r.prompt.empty();  // the simulator's default: lengths only, no prefix caching
       bool ok = false;
       try {
         ok = nodes_[best].s->submit(r, now_);
@@ -304,6 +306,7 @@ class event_loop {
         prompt_tokens(w_[i], o_.seed, tokens_[i]);
         r.prompt = tokens_[i];
       }
+      r.counted_by_length = r.prompt.empty();
       bool ok = false;
       try {
         ok = nodes_[best].s->submit(r, now_);
@@ -394,7 +397,7 @@ class event_loop {
   std::vector<instance_role> roles_;
   std::priority_queue<kv_arrival, std::vector<kv_arrival>, std::greater<>> kv_;
   std::vector<request_id> finished_;
-  std::vector<token_id> decoded_;
+  std::vector<decoded_token> decoded_;
   std::vector<std::size_t> leaving_;
   // Synthetic token ids by workload index, non-empty while the request is in a scheduler with them.
   std::vector<std::vector<token_id>> tokens_;
