@@ -73,7 +73,7 @@ inline void validate(const semi_pd_options& o, const char* where) {
 /// (1 + memory_interference); launch overheads, all-reduces, stage sends and the engine's CPU work as
 /// they are (each worker has its own CPU process). share = 1 with no interference is iteration_s
 /// exactly. Throws weft::error for a share outside (0, 1] or a model with nano-batching (not modelled
-/// under a partition). O(log points). Thread-safe.
+/// under a partition) or an MoE model. O(log points). Thread-safe.
 inline double partitioned_iteration_s(const cost_model& m, const iteration_shape& it, double share,
                                       const semi_pd_options& o) {
   const char* where = "weft::sched::sim::partitioned_iteration_s";
@@ -81,6 +81,8 @@ inline double partitioned_iteration_s(const cost_model& m, const iteration_shape
   const cost_params& p = m.params();
   expects(p.nano.nano_batches <= 1 && !p.nano.overlap_engine, errc::invalid_argument, where,
           "nano-batching under an SM partition is not modelled; use a cost model without params().nano");
+  expects(!p.model.moe.enabled(), errc::invalid_argument, where, "model '", p.model.name,
+          "' has experts; an MoE layer under an SM partition is not modelled");
   if (it.tokens <= 0) return 0.0;
   const double compute = share;
   const double bandwidth =

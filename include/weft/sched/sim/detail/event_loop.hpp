@@ -378,7 +378,7 @@ class event_loop {
       n.running = &b;
       n.start = now_;
       n.until = now_ + dt;
-      acc_.iteration(b);
+      acc_.iteration(b, m_.expert_bytes(b));
     }
   }
 
