@@ -74,6 +74,13 @@ std::int64_t free_kv_blocks(const S& s) {
     return 0;  // one instance never routes by KV
 }
 
+/// What on-demand KV borrowing needs of a scheduler: taking a request back (iteration_scheduler::cancel)
+/// to preempt it by recompute when the cluster is full.
+template <class S>
+concept cancels_requests = requires(S& s, request_id id) {
+  { s.cancel(id) } -> std::convertible_to<bool>;
+};
+
 enum class instance_role { both, prefill, decode };
 
 /// What a deployment built on the loop changes (semi_pd.hpp); a loop without hooks is the one above.
@@ -117,6 +124,8 @@ class event_loop {
                 (c.migration_interval_s == 0.0 &&
                  std::all_of(roles_.begin(), roles_.end(), [](instance_role r) { return r == instance_role::both; })),
             errc::invalid_argument, where, "KV borrowing is for colocated instances without migration");
+    expects(!c.borrowing.on_demand || cancels_requests<S>, errc::invalid_argument, where,
+            "on-demand KV borrowing preempts through the scheduler's cancel(request_id); this scheduler has none");
     expects(c.migration_interval_s >= 0.0 && std::isfinite(c.migration_interval_s) && c.imbalance_blocks >= 0,
             errc::invalid_argument, where, "migration_interval_s must be finite and >= 0, imbalance_blocks >= 0");
     for (S* s : nodes) {
@@ -250,8 +259,9 @@ class event_loop {
   }
 
   void preempt_recompute(std::size_t j, std::size_t i) {
-    expects(nodes_[j].s->cancel(w_[i].req.id), errc::precondition, where_, "request ", w_[i].req.id,
-            " could not be taken back from instance ", j, " to free KV blocks");
+    if constexpr (cancels_requests<S>)
+      expects(nodes_[j].s->cancel(w_[i].req.id), errc::precondition, where_, "request ", w_[i].req.id,
+              " could not be taken back from instance ", j, " to free KV blocks");
     nodes_[j].queued_prompt -= pending_prompt_[i];  // what it has left to prefill goes with it
     release_tokens(i);
     lend_.release(i);
