@@ -564,25 +564,25 @@ class cost_model {
             errc::invalid_argument, where, "pipeline_parallel must be in [1, min(4096, layers=", p_.model.layers,
             ")] with tensor_parallel * pipeline_parallel <= 4096, got ", p_.pipeline_parallel);
     validate(p_.nano, where);
-    const moe_spec& e = m.moe;
-    expects(e.experts >= 0 && e.experts <= routing_model::max_experts, errc::invalid_argument, where, "model '", m.name,
-            "': moe.experts must be in [0, ", routing_model::max_experts, "], got ", e.experts);
-    if (e.enabled()) {
-      expects(e.top_k >= 1 && e.top_k <= e.experts && e.expert_intermediate >= 1 && e.shared_experts >= 0 &&
-                  (e.shared_experts == 0 || e.shared_intermediate >= 1),
-              errc::invalid_argument, where, "model '", m.name, "': an MoE model needs 1 <= top_k (", e.top_k,
-              ") <= experts (", e.experts, "), expert_intermediate >= 1 (", e.expert_intermediate,
-              ") and, with shared experts (", e.shared_experts, "), shared_intermediate >= 1 (", e.shared_intermediate,
+    const moe_spec& x = m.moe;
+    expects(x.experts >= 0 && x.experts <= routing_model::max_experts, errc::invalid_argument, where, "model '", m.name,
+            "': moe.experts must be in [0, ", routing_model::max_experts, "], got ", x.experts);
+    if (x.enabled()) {
+      expects(x.top_k >= 1 && x.top_k <= x.experts && x.expert_intermediate >= 1 && x.shared_experts >= 0 &&
+                  (x.shared_experts == 0 || x.shared_intermediate >= 1),
+              errc::invalid_argument, where, "model '", m.name, "': an MoE model needs 1 <= top_k (", x.top_k,
+              ") <= experts (", x.experts, "), expert_intermediate >= 1 (", x.expert_intermediate,
+              ") and, with shared experts (", x.shared_experts, "), shared_intermediate >= 1 (", x.shared_intermediate,
               ")");
       expects(m.layers <= routing_model::max_layers, errc::invalid_argument, where, "model '", m.name,
               "': an MoE model may have at most ", routing_model::max_layers, " layers, got ", m.layers);
       expects(p_.nano.nano_batches <= 1 && !p_.nano.overlap_engine, errc::invalid_argument, where, "model '", m.name,
               "': nano-batching of an MoE model is not modelled; leave cost_params::nano at its default");
-      expects(p_.routing.empty() || (p_.routing.layers() == m.layers && p_.routing.experts() == e.experts &&
-                                     p_.routing.top_k() == e.top_k),
+      expects(p_.routing.empty() || (p_.routing.layers() == m.layers && p_.routing.experts() == x.experts &&
+                                     p_.routing.top_k() == x.top_k),
               errc::invalid_argument, where, "routing model of ", p_.routing.layers(), " layers, ",
               p_.routing.experts(), " experts, top-", p_.routing.top_k(), " does not fit model '", m.name, "' (",
-              m.layers, " layers, ", e.experts, " experts, top-", e.top_k, ")");
+              m.layers, " layers, ", x.experts, " experts, top-", x.top_k, ")");
     } else {
       expects(p_.routing.empty(), errc::invalid_argument, where, "a routing model was given for model '", m.name,
               "', which has no experts (model.moe.experts = 0)");
