@@ -255,6 +255,59 @@ int main(int argc, char** argv) {
                                 : "2x is not the knee here (disagrees with the paper)");
   }
 
+  // ---- Part 3b: the same on routing with Mixtral-8x7B's published locality ------------------------
+  // mixtral_trace_params: 32 layers, 8 experts, top-2, uniform popularity, per-layer reuse fitted to the
+  // first-choice repetition of Jiang et al. 2024, Table 5 (trace.hpp). Capacity 1x..4x of the 2 active
+  // experts per layer is 2..8 of 8: 4x holds every expert.
+  {
+    std::printf(
+        "\nrouting with Mixtral-8x7B's published locality (mixtral_trace_params: 24 requests x 256 tokens, "
+        "seeds 1..%zu)\n",
+        seeds.size());
+    std::vector<repetition> rep(32);
+    for (const std::uint64_t seed : seeds) {
+      const auto r = consecutive_repetition(generate_trace(mixtral_trace_params(24, 256, seed)));
+      for (std::size_t l = 0; l < r.size(); ++l) {
+        rep[l].first_choice += r[l].first_choice * w;
+        rep[l].any_choice += r[l].any_choice * w;
+      }
+    }
+    const std::uint32_t at[3] = {0, 15, 31};
+    std::printf("repetition between consecutive tokens, generated vs published (Table 5, mean of 8 Pile subsets):\n");
+    for (std::size_t i = 0; i < 3; ++i)
+      std::printf("  layer %2u: first choice %.3f (paper %.3f), first or second %.3f (paper %.3f)\n", at[i],
+                  rep[at[i]].first_choice, mixtral_first_choice_repetition[i], rep[at[i]].any_choice,
+                  mixtral_any_choice_repetition[i]);
+    std::printf("%4s %4s %8s %8s %8s\n", "m", "cap", "SCH", "Belady", "LRU");
+    for (const std::uint32_t m : {8u, 16u, 32u}) {
+      std::vector<double> sch(4, 0.0), bel(4, 0.0), lru(4, 0.0);
+      for (const std::uint64_t seed : seeds) {
+        const routing_trace trace = generate_trace(mixtral_trace_params(24, 256, seed));
+        const auto h = segment_cache_hit_rates(trace, m, 4 * trace.shape().top_k);
+        const auto future = std::make_shared<const belady_future>(trace.shape(), trace.lookups());
+        for (std::uint32_t mult = 1; mult <= 4; ++mult) {
+          const std::uint64_t slots = std::uint64_t{mult} * trace.shape().top_k;
+          sch[mult - 1] += h[slots - 1] * w;
+          bel[mult - 1] += run(trace, capacity_scope::per_layer, slots, belady_policy(future), false, o, expert_bytes)
+                               .resident_hit_rate() *
+                           w;
+          lru[mult - 1] +=
+              run(trace, capacity_scope::per_layer, slots, lru_policy{}, false, o, expert_bytes).resident_hit_rate() *
+              w;
+        }
+      }
+      for (std::uint32_t mult = 1; mult <= 4; ++mult) {
+        std::printf("%4u %3ux %8.3f %8.3f %8.3f\n", m, mult, sch[mult - 1], bel[mult - 1], lru[mult - 1]);
+        sch_csv << "mixtral-" << m << ',' << mult << ',' << sch[mult - 1] << ',' << bel[mult - 1] << ','
+                << lru[mult - 1] << '\n';
+      }
+      const double gain12 = sch[1] - sch[0], gain24 = sch[3] - sch[1];
+      std::printf("     SCH gain 1x->2x %+.3f, 2x->4x %+.3f: %s\n", gain12, gain24,
+                  gain12 > gain24 ? "the knee is at or below 2x (agrees with the paper)"
+                                  : "2x is not the knee here (disagrees with the paper)");
+    }
+  }
+
   // ---- Part 4: HybriMoE's dynamic CPU-GPU placement vs fixed mappings (a simulator) ---------------
   // Mixtral-8x7B-shaped routing (32 layers, 8 experts, top-2) with int4 experts (3 x 4096 x 14336
   // weights, 88 MB), an RTX A6000-class device (768 GB/s), PCIe 4 x16 (25 GB/s) and a 32-core
@@ -281,42 +334,46 @@ int main(int argc, char** argv) {
       ho.prompt_tokens, mix.tokens_per_request - ho.prompt_tokens, seeds.size());
   std::printf("%-16s %-6s %12s %14s %9s %9s %9s\n", "mode", "cache", "decode ms/tok", "prefill s/req", "resident",
               "loaded", "cpu");
-  double decode_ms[3][2] = {}, prefill_s[3][2] = {};
   const char* mode_names[3] = {"always_load", "cpu_for_misses", "dynamic"};
-  for (int mode = 0; mode < 3; ++mode) {
-    for (int pol = 0; pol < 2; ++pol) {
-      double resident = 0, loaded = 0, cpu = 0;
-      for (const std::uint64_t seed : seeds) {
-        mix.seed = seed;
-        const routing_trace trace = generate_trace(mix);
-        ho.mode = static_cast<hybrid_mode>(mode);
-        const auto cfg = cache_config::in_slots(trace.shape(), 4);
-        hybrid_replay_report r;
-        if (pol == 0) {
-          expert_cache<lru_policy> c(cfg);
-          r = hybrid_replay(trace, c, ho);
-        } else {
-          expert_cache<lfu_decay_policy> c(cfg);
-          r = hybrid_replay(trace, c, ho);
+  for (const bool published : {false, true}) {
+    double decode_ms[3][2] = {}, prefill_s[3][2] = {};
+    if (published) std::printf("the same on routing with Mixtral-8x7B's published locality (mixtral_trace_params):\n");
+    for (int mode = 0; mode < 3; ++mode) {
+      for (int pol = 0; pol < 2; ++pol) {
+        double resident = 0, loaded = 0, cpu = 0;
+        for (const std::uint64_t seed : seeds) {
+          mix.seed = seed;
+          const routing_trace trace =
+              generate_trace(published ? mixtral_trace_params(mix.num_requests, mix.tokens_per_request, seed) : mix);
+          ho.mode = static_cast<hybrid_mode>(mode);
+          const auto cfg = cache_config::in_slots(trace.shape(), 4);
+          hybrid_replay_report r;
+          if (pol == 0) {
+            expert_cache<lru_policy> c(cfg);
+            r = hybrid_replay(trace, c, ho);
+          } else {
+            expert_cache<lfu_decay_policy> c(cfg);
+            r = hybrid_replay(trace, c, ho);
+          }
+          decode_ms[mode][pol] += r.decode_s_per_token() * 1e3 * w;
+          prefill_s[mode][pol] += r.prefill_s / static_cast<double>(r.prefill_passes) * w;
+          resident += static_cast<double>(r.device_resident) * w;
+          loaded += static_cast<double>(r.device_loaded) * w;
+          cpu += static_cast<double>(r.on_cpu) * w;
         }
-        decode_ms[mode][pol] += r.decode_s_per_token() * 1e3 * w;
-        prefill_s[mode][pol] += r.prefill_s / static_cast<double>(r.prefill_passes) * w;
-        resident += static_cast<double>(r.device_resident) * w;
-        loaded += static_cast<double>(r.device_loaded) * w;
-        cpu += static_cast<double>(r.on_cpu) * w;
+        const char* pname = pol == 0 ? "lru" : "lfu-d";
+        std::printf("%-16s %-6s %12.2f %14.3f %9.0f %9.0f %9.0f\n", mode_names[mode], pname, decode_ms[mode][pol],
+                    prefill_s[mode][pol], resident, loaded, cpu);
+        hy_csv << mode_names[mode] << (published ? "-published" : "") << ',' << pname << ',' << decode_ms[mode][pol]
+               << ',' << prefill_s[mode][pol] << ',' << resident << ',' << loaded << ',' << cpu << '\n';
       }
-      const char* pname = pol == 0 ? "lru" : "lfu-d";
-      std::printf("%-16s %-6s %12.2f %14.3f %9.0f %9.0f %9.0f\n", mode_names[mode], pname, decode_ms[mode][pol],
-                  prefill_s[mode][pol], resident, loaded, cpu);
-      hy_csv << mode_names[mode] << ',' << pname << ',' << decode_ms[mode][pol] << ',' << prefill_s[mode][pol] << ','
-             << resident << ',' << loaded << ',' << cpu << '\n';
     }
+    std::printf(
+        "dynamic (lfu-decay, HybriMoE's score-based caching stand-in) vs cpu_for_misses (kTransformers): decode "
+        "%.2fx (paper 1.70x), prefill %.2fx (paper 1.33x); vs always_load: decode %.2fx, prefill %.2fx\n",
+        decode_ms[1][1] / decode_ms[2][1], prefill_s[1][1] / prefill_s[2][1], decode_ms[0][1] / decode_ms[2][1],
+        prefill_s[0][1] / prefill_s[2][1]);
   }
-  std::printf(
-      "dynamic (lfu-decay, HybriMoE's score-based caching stand-in) vs cpu_for_misses (kTransformers): decode "
-      "%.2fx (paper 1.70x), prefill %.2fx (paper 1.33x); vs always_load: decode %.2fx, prefill %.2fx\n",
-      decode_ms[1][1] / decode_ms[2][1], prefill_s[1][1] / prefill_s[2][1], decode_ms[0][1] / decode_ms[2][1],
-      prefill_s[0][1] / prefill_s[2][1]);
 
   std::printf("\nwrote %s/moe_hit_rate.csv and %s/moe_decision_cost.csv, moe_sch.csv, moe_hybrid.csv\n",
               out_dir.c_str(), out_dir.c_str());

@@ -2,10 +2,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 using namespace weft::moe;
 
@@ -169,4 +173,53 @@ TEST_CASE("the generator is deterministic and has the promised statistics", "[mo
   extreme.num_requests = 2;
   extreme.tokens_per_request = 4;
   CHECK(generate_trace(extreme).num_tokens() == 8);
+}
+
+TEST_CASE("per-layer reuse and the measured repetition between consecutive tokens", "[moe][trace][generator]") {
+  // A hand-made trace: two requests; the pair crossing them is skipped.
+  routing_trace t({2, 4, 2});
+  const std::vector<std::uint32_t> a{0, 1, 2, 3}, b{0, 2, 1, 0}, c{3, 1, 2, 3};
+  t.append(7, a);
+  t.append(7, b);  // layer 0: same first (0); layer 1: {2,3} then {1,0}, nothing shared
+  t.append(8, c);  // another request: not compared with b
+  t.append(8, a);  // layer 0: first 3 vs 0 differs, {3,1} vs {0,1} share 1; layer 1: {2,3} vs {2,3} same
+  const auto rep = consecutive_repetition(t);
+  REQUIRE(rep.size() == 2);
+  CHECK(rep[0].first_choice == Approx(0.5));
+  CHECK(rep[0].any_choice == Approx(1.0));
+  CHECK(rep[1].first_choice == Approx(0.5));
+  CHECK(rep[1].any_choice == Approx(0.5));
+  CHECK(consecutive_repetition(routing_trace({3, 4, 1}))[2].first_choice == 0.0);  // no pairs
+
+  // Bad per-layer reuse is refused.
+  trace_params bad;
+  bad.layer_reuse = {0.1, 0.2};  // 16 layers
+  CHECK_THROWS_AS(generate_trace(bad), weft::error);
+  bad.layer_reuse.assign(16, 0.1);
+  bad.layer_reuse[3] = -0.1;
+  CHECK_THROWS_AS(generate_trace(bad), weft::error);
+  bad.layer_reuse[3] = 0.9;  // + layer_correlation 0.35 > 1
+  CHECK_THROWS_AS(generate_trace(bad), weft::error);
+
+  // Empty layer_reuse is the old generator, bit for bit; equal per-layer values give the same trace.
+  trace_params p;
+  p.num_requests = 4;
+  const routing_trace before = generate_trace(p);
+  p.layer_reuse.assign(p.shape.num_layers, p.reuse);
+  const routing_trace same = generate_trace(p);
+  REQUIRE(same.num_tokens() == before.num_tokens());
+  for (std::size_t k = 0; k < before.num_tokens(); ++k)
+    for (std::uint32_t l = 0; l < p.shape.num_layers; ++l)
+      CHECK(std::equal(same.experts(k, l).begin(), same.experts(k, l).end(), before.experts(k, l).begin()));
+
+  // The Mixtral preset reproduces the published first-choice repetition at layers 0, 15, 31 (Jiang et
+  // al. 2024, Table 5) within 1.5 points on a long trace, and is near the "first or second" one.
+  const routing_trace mix = generate_trace(mixtral_trace_params(64, 256, 3));
+  const auto m = consecutive_repetition(mix);
+  const std::array<std::uint32_t, 3> at{0, 15, 31};
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(std::abs(m[at[i]].first_choice - mixtral_first_choice_repetition[i]) < 0.015);
+    CHECK(std::abs(m[at[i]].any_choice - mixtral_any_choice_repetition[i]) < 0.08);
+  }
+  CHECK(m[15].first_choice > m[0].first_choice + 0.08);  // middle layers repeat far more than the first
 }

@@ -248,3 +248,37 @@ TEST_CASE("semi-PD: bad options are rejected before anything is made", "[sched][
   CHECK(r.cluster.result.stats.finished == w.size());
   CHECK(made == 3);
 }
+
+TEST_CASE("semi-PD model-based share search: predicts each split from the cost model, moves the right way",
+          "[sched][sim][semi_pd]") {
+  const cost_model m(llama2_7b_a100());
+  semi_pd_options o;
+  o.controller = semi_pd_options::control::model;
+  o.min_share = 0.2;
+  o.max_share = 0.8;
+  o.share_step = 0.1;
+  o.control_interval_s = 1.0;
+  o.ttft_slo_s = 0.5;
+  o.tpot_slo_s = 0.1;
+  const factories f = make(m);
+  const workload prefill_heavy = load(3, 300, 6.0, {3000.0, 0.3, 512, 6000}, {4.0, 0.5, 2, 8});
+  const workload decode_heavy = load(4, 300, 8.0, {64.0, 0.3, 16, 128}, {400.0, 0.3, 200, 800});
+  const semi_pd_result p = simulate_semi_pd<worker_t>(f.pool, f.worker, prefill_heavy, m, o);
+  const semi_pd_result d = simulate_semi_pd<worker_t>(f.pool, f.worker, decode_heavy, m, o);
+  CAPTURE(p.mean_prefill_share, d.mean_prefill_share);
+  CHECK(p.cluster.result.stats.finished == prefill_heavy.size());
+  CHECK(d.cluster.result.stats.finished == decode_heavy.size());
+  CHECK(p.mean_prefill_share > 0.5);  // prompts dominate: prefill gets the SMs
+  CHECK(d.mean_prefill_share < 0.5);  // decodes dominate
+  for (const semi_pd_result* r : {&p, &d})
+    for (const auto& x : r->shares) CHECK((x.prefill_share >= o.min_share - 1e-12 && x.prefill_share <= o.max_share + 1e-12));
+  // It jumps to the predicted best share rather than stepping: its first move may be several steps.
+  REQUIRE(p.shares.size() >= 2);
+  // Deterministic.
+  const semi_pd_result again = simulate_semi_pd<worker_t>(f.pool, f.worker, prefill_heavy, m, o);
+  CHECK(again.cluster.result.stats.e2e_p99 == p.cluster.result.stats.e2e_p99);
+  CHECK(again.shares.size() == p.shares.size());
+  // A controller that is neither is refused.
+  o.controller = static_cast<semi_pd_options::control>(7);
+  CHECK_THROWS_AS(simulate_semi_pd<worker_t>(f.pool, f.worker, prefill_heavy, m, o), weft::error);
+}

@@ -8,12 +8,14 @@
 #include <weft/core/checked.hpp>
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
+#include <weft/sched/sim/moe_cost.hpp>
 #include <weft/sched/sim/nano_batching.hpp>
 #include <weft/sched/sim/vidur_profile.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -30,8 +32,9 @@ struct model_spec {
   int head_dim = 0;
   int weight_bytes = 2;  ///< fp16/bf16
   int kv_dtype_bytes = 2;
-  int intermediate = 0;  ///< MLP width (gated MLP: gate and up each this wide); 0: unknown
+  int intermediate = 0;  ///< MLP width (gated MLP: gate and up each this wide); 0: unknown. MoE: one expert's
   int vocab = 0;         ///< vocabulary (the LM head); 0: unknown
+  moe_spec moe{};        ///< Mixture-of-Experts MLPs (moe_cost.hpp); default: dense
 
   int heads() const noexcept { return head_dim > 0 ? hidden / head_dim : 0; }
   double kv_bytes_per_token() const noexcept {
@@ -41,10 +44,25 @@ struct model_spec {
   layer_shape shape() const noexcept { return {heads(), kv_heads, hidden, intermediate}; }
   /// Weights of one layer's linear operators (QKV, output projection, gated MLP): what every token
   /// multiplies. Without `intermediate`, the parameters less the embeddings, per layer.
+  /// An MoE model counts the weights one token multiplies: attention, router, top_k routed experts and
+  /// the shared experts.
   double linear_params_per_layer() const noexcept {
     const double h = hidden, kv = static_cast<double>(kv_heads) * head_dim;
+    if (moe.enabled())
+      return attention_params_per_layer() + h * moe.experts + moe.top_k * expert_params() + shared_expert_params();
     if (intermediate > 0) return h * (h + 2.0 * kv) + h * h + 3.0 * h * intermediate;
     return (parameters - 2.0 * vocab * h) / layers;
+  }
+  /// The QKV and output projections of one layer.
+  double attention_params_per_layer() const noexcept {
+    const double h = hidden, kv = static_cast<double>(kv_heads) * head_dim;
+    return h * (h + 2.0 * kv) + h * h;
+  }
+  /// One routed expert's weights (a gated MLP: gate, up and down projections); 0 for a dense model.
+  double expert_params() const noexcept { return 3.0 * hidden * static_cast<double>(moe.expert_intermediate); }
+  /// All shared experts' weights of one layer.
+  double shared_expert_params() const noexcept {
+    return 3.0 * hidden * static_cast<double>(moe.shared_intermediate) * moe.shared_experts;
   }
 };
 
@@ -118,6 +136,16 @@ struct cost_params {
   int pipeline_parallel = 1;
   /// NanoFlow-style overlap of the iteration's operations (nano_batching.hpp); the default is sequential.
   nano_batching nano{};
+  // Mixture-of-Experts models (model.moe set; moe_cost.hpp).
+  /// Which experts tokens activate, per layer; empty: uniform over model.moe.experts.
+  routing_model routing{};
+  /// Per MoE layer and iteration: the router's top-k and the permutation of tokens to experts and back
+  /// (a few kernel launches). Assumed, not measured.
+  double moe_layer_overhead_s = 30e-6;
+  /// Achieved share of peak FLOPs in the experts' grouped GEMMs; 0: compute_efficiency. Fused MoE
+  /// kernels with tens to hundreds of tokens per expert run below the dense GEMMs' efficiency (padding
+  /// to tiles, token permutation), which moves the experts' ridge to more tokens.
+  double expert_compute_efficiency = 0.0;
 };
 
 /// Parameter sets named in the docs.
@@ -159,6 +187,39 @@ inline cost_params llama3_70b_a100_tp4() {
   return p;
 }
 
+/// Mixtral-8x7B (Jiang et al., "Mixtral of Experts", 2024, Table 1, and its released config: 32 layers,
+/// width 4096, 32 heads, GQA with 8 KV heads of 128, 8 experts of width 14336, top-2, vocabulary
+/// 32000): 46.7e9 parameters (12.9e9 active per token), 128 KiB of fp16 KV per token. Its attention
+/// and each expert have Mistral-7B's layer shape.
+inline model_spec mixtral_8x7b() {
+  model_spec m{"mixtral-8x7b", 46.7e9, 32, 4096, 8, 128, 2, 2, 14336, 32000};
+  m.moe = {8, 2, 14336, 0, 0};
+  return m;
+}
+/// Qwen1.5-MoE-A2.7B (Qwen team, released config `qwen2_moe`: 24 layers, width 2048, 16 heads of 128
+/// without GQA, 60 routed experts of width 1408, top-4, one shared expert of width 5632, vocabulary
+/// 151936): 14.3e9 parameters (2.7e9 active), 192 KiB of fp16 KV per token.
+inline model_spec qwen15_moe_a27b() {
+  model_spec m{"qwen1.5-moe-a2.7b", 14.3e9, 24, 2048, 16, 128, 2, 2, 1408, 151936};
+  m.moe = {60, 4, 1408, 1, 5632};
+  return m;
+}
+/// Mixtral-8x7B in fp16 (93 GB) on two H100 80GB with tensor parallelism (each expert split over both).
+inline cost_params mixtral_8x7b_h100_tp2() {
+  cost_params p;
+  p.model = mixtral_8x7b();
+  p.gpu = h100_80g();
+  p.tensor_parallel = 2;
+  p.tp_overhead_s_per_layer = 2 * 10e-6;
+  return p;
+}
+/// Qwen1.5-MoE-A2.7B on one A100 80GB.
+inline cost_params qwen15_moe_a27b_a100() {
+  cost_params p;
+  p.model = qwen15_moe_a27b();
+  return p;
+}
+
 /// What one iteration holds, for the cost model: tokens computed, attention work and requests.
 struct iteration_shape {
   double tokens = 0.0;           ///< prefill + decode tokens computed
@@ -171,7 +232,10 @@ struct iteration_shape {
 class cost_model {
  public:
   /// The roofline model. Throws weft::error(invalid_argument) for sizes, rates or efficiencies out of range.
-  explicit cost_model(cost_params p = {}) : p_(std::move(p)) { validate_params(); }
+  explicit cost_model(cost_params p = {}) : p_(std::move(p)) {
+    validate_params();
+    build_moe();
+  }
 
   /// The measured-profile model: non-attention operators and (TP > 1) all-reduces from `profile`.
   /// Throws weft::error(invalid_argument) when the profile's tensor-parallel degree, layer shape or
@@ -189,6 +253,7 @@ class cost_model {
     expects(p_.tensor_parallel == 1 || (profile_->all_reduce && profile_->all_reduce->workers() == p_.tensor_parallel),
             errc::invalid_argument, where, "a tensor-parallel deployment of ", p_.tensor_parallel,
             " GPUs needs an all-reduce profile of that many workers");
+    build_moe();
   }
 
   const cost_params& params() const noexcept { return p_; }
@@ -202,6 +267,12 @@ class cost_model {
     if (it.tokens <= 0) return 0.0;
     if (p_.nano.nano_batches > 1 || p_.nano.overlap_engine)
       return overlapped_iteration_s(resource_s(it, p_.nano.nano_batches), p_.nano);
+    if (moe_) {  // per layer: attention and all-reduces as below; the experts from the routing table
+      const double layers = p_.model.layers;
+      return p_.iteration_overhead_s + p_.per_request_overhead_s * it.requests +
+             layers * (attention_layer_s(it.attention_pairs, it.kv_read_tokens) + tp_layer_s(it.tokens)) +
+             linear_layers_s(it.tokens, 0.0, layers) + head_s(it.requests) + pipeline_send_s(it.tokens);
+    }
     const double per_layer =
         linear_layer_s(it.tokens) + attention_layer_s(it.attention_pairs, it.kv_read_tokens) + tp_layer_s(it.tokens);
     return p_.iteration_overhead_s + p_.per_request_overhead_s * it.requests + p_.model.layers * per_layer +
@@ -266,34 +337,19 @@ class cost_model {
   /// whose entries count by their fraction of the layers. O(E * S) (S stretches, at most 2E + 1).
   double layered_iteration_s(const batch& b) const noexcept {
     if (p_.nano.nano_batches > 1 || p_.nano.overlap_engine) return iteration_s(shape_of(b));
-    double total = 0.0, x = 0.0, heads = 0.0;
+    double total = 0.0, heads = 0.0;
     for (const auto& e : b.entries) heads += e.layers.reaches_output() ? 1.0 : 0.0;
-    const auto begin_of = [](const batch_entry& e) {
-      return e.layers.all() ? 0.0 : 1.0 * e.layers.begin / e.layers.of;
-    };
-    const auto end_of = [](const batch_entry& e) { return e.layers.all() ? 1.0 : 1.0 * e.layers.end / e.layers.of; };
-    while (x < 1.0) {
-      double y = 1.0;  // the next cut after x
-      for (const auto& e : b.entries) {
-        if (const double lo = begin_of(e); lo > x) y = std::min(y, lo);
-        if (const double hi = end_of(e); hi > x) y = std::min(y, hi);
+    for_each_stretch(b, [&](double x, double y, const iteration_shape& s) {
+      if (moe_) {  // the experts of these layers for the tokens that pass them, each read once
+        const double a = x * p_.model.layers, z = y * p_.model.layers;
+        total += (z - a) * (attention_layer_s(s.attention_pairs, s.kv_read_tokens) + tp_layer_s(s.tokens)) +
+                 linear_layers_s(s.tokens, a, z);
+        return;
       }
-      iteration_shape s;
-      for (const auto& e : b.entries) {
-        if (begin_of(e) > x || end_of(e) < y) continue;  // does not run this stretch
-        const double n = static_cast<double>(e.prefill_tokens + e.decode_tokens);
-        const double ctx = static_cast<double>(e.context_tokens);
-        s.tokens += n;
-        s.attention_pairs += n * (ctx - (n - 1.0) / 2.0);
-        s.kv_read_tokens += ctx;
-      }
-      if (s.tokens > 0) {
-        const double per_layer =
-            linear_layer_s(s.tokens) + attention_layer_s(s.attention_pairs, s.kv_read_tokens) + tp_layer_s(s.tokens);
-        total += (y - x) * p_.model.layers * per_layer;
-      }
-      x = y;
-    }
+      const double per_layer =
+          linear_layer_s(s.tokens) + attention_layer_s(s.attention_pairs, s.kv_read_tokens) + tp_layer_s(s.tokens);
+      total += (y - x) * p_.model.layers * per_layer;
+    });
     const iteration_shape whole = shape_of(b);
     return p_.iteration_overhead_s + p_.per_request_overhead_s * whole.requests + total + head_s(heads) +
            pipeline_send_s(whole.tokens);
@@ -316,9 +372,52 @@ class cost_model {
   }
 
   /// One layer's non-attention operators for a batch of `tokens` tokens: the measured profile when
-  /// there is one, else the roofline.
+  /// there is one, else the roofline. An MoE model: the mean over its layers of linear_layers_s.
   double linear_layer_s(double tokens) const noexcept {
+    if (moe_) return linear_layers_s(tokens, 0.0, p_.model.layers) / p_.model.layers;
     return profile_ ? profile_->layer.layer_s(tokens) : roofline_linear_layer_s(tokens);
+  }
+
+  /// The non-attention operators of layers [first, end) (real positions, a part of a layer counting by
+  /// its part) for `tokens` tokens passing them. Dense: (end - first) * linear_layer_s. MoE, per layer:
+  /// the projections, norms and router (the measured profile's non-MLP operators, else their roofline
+  /// with layer_overhead_s), moe_layer_overhead_s, and the experts' roofline with each expert the
+  /// tokens activate read once (moe_cost.hpp). O(1) after the cost model is built. Thread-safe.
+  double linear_layers_s(double tokens, double first, double end) const noexcept {
+    if (!moe_) return (end - first) * linear_layer_s(tokens);
+    if (!(tokens > 0.0) || !(end > first)) return 0.0;
+    double dense;
+    if (profile_) {
+      dense = 0.0;
+      for (const layer_op op : {layer_op::input_layernorm, layer_op::attn_pre_proj, layer_op::attn_rope,
+                                layer_op::attn_post_proj, layer_op::post_attention_layernorm, layer_op::add})
+        dense += profile_->layer.op_s(op, tokens);
+    } else {
+      const double w =
+          (p_.model.attention_params_per_layer() + 1.0 * p_.model.hidden * p_.model.moe.experts) / p_.tensor_parallel;
+      dense =
+          p_.layer_overhead_s + std::max(2.0 * w * tokens / (p_.gpu.peak_flops * p_.compute_efficiency),
+                                         w * p_.model.weight_bytes / (p_.gpu.hbm_bytes_per_s * p_.memory_efficiency));
+    }
+    return (end - first) * (dense + p_.moe_layer_overhead_s) + moe_->time_s(tokens, first, end);
+  }
+
+  /// Expected expert weight bytes (routed and shared, all GPUs of the instance) an iteration of this
+  /// shape reads: each layer reads every expert its tokens activate once. 0 for a dense model. O(1).
+  double expert_bytes(const iteration_shape& it) const noexcept {
+    return moe_ ? moe_->bytes(it.tokens, 0.0, p_.model.layers) * p_.tensor_parallel : 0.0;
+  }
+  /// The same for a scheduler batch; a layer-group entry adds its tokens only to its group's layers
+  /// (layered prefill). 0 for a dense model. O(E * S) like layered_iteration_s.
+  double expert_bytes(const batch& b) const noexcept {
+    if (!moe_ || b.entries.empty()) return 0.0;
+    if (std::all_of(b.entries.begin(), b.entries.end(), [](const batch_entry& e) { return e.layers.all(); }))
+      return expert_bytes(shape_of(b));
+    double total = 0.0;
+    for_each_stretch(b, [&](double x, double y, const iteration_shape& s) {
+      total += moe_->bytes(s.tokens, x * p_.model.layers, y * p_.model.layers);
+    });
+    return total * p_.tensor_parallel;
   }
   /// The roofline of one layer's linear operators: launch overhead + max(2 * weights * tokens FLOPs
   /// at compute_efficiency, weight bytes at memory_efficiency), per GPU.
@@ -401,6 +500,52 @@ class cost_model {
   }
 
  private:
+  // Calls f(x, y, shape) for each stretch [x, y) of the layers (fractions of the model) that some entry
+  // of b runs, in order, with the shape of the entries that run all of it: the layers are cut wherever
+  // an entry's range begins or ends.
+  template <class F>
+  static void for_each_stretch(const batch& b, F&& f) {
+    const auto begin_of = [](const batch_entry& e) {
+      return e.layers.all() ? 0.0 : 1.0 * e.layers.begin / e.layers.of;
+    };
+    const auto end_of = [](const batch_entry& e) { return e.layers.all() ? 1.0 : 1.0 * e.layers.end / e.layers.of; };
+    double x = 0.0;
+    while (x < 1.0) {
+      double y = 1.0;  // the next cut after x
+      for (const auto& e : b.entries) {
+        if (const double lo = begin_of(e); lo > x) y = std::min(y, lo);
+        if (const double hi = end_of(e); hi > x) y = std::min(y, hi);
+      }
+      iteration_shape s;
+      for (const auto& e : b.entries) {
+        if (begin_of(e) > x || end_of(e) < y) continue;  // does not run this stretch
+        const double n = static_cast<double>(e.prefill_tokens + e.decode_tokens);
+        const double ctx = static_cast<double>(e.context_tokens);
+        s.tokens += n;
+        s.attention_pairs += n * (ctx - (n - 1.0) / 2.0);
+        s.kv_read_tokens += ctx;
+      }
+      if (s.tokens > 0) f(x, y, s);
+      x = y;
+    }
+  }
+
+  // The routing table of an MoE model (validate_params checked the spec and the routing).
+  void build_moe() {
+    const model_spec& m = p_.model;
+    if (!m.moe.enabled()) return;
+    const routing_model r =
+        p_.routing.empty() ? routing_model::uniform(m.layers, m.moe.experts, m.moe.top_k) : p_.routing;
+    detail::moe_rates n;
+    n.expert_params = m.expert_params() / p_.tensor_parallel;
+    n.shared_params = m.shared_expert_params() / p_.tensor_parallel;
+    n.weight_bytes = m.weight_bytes;
+    n.flops_per_s =
+        p_.gpu.peak_flops * (p_.expert_compute_efficiency > 0.0 ? p_.expert_compute_efficiency : p_.compute_efficiency);
+    n.bytes_per_s = p_.gpu.hbm_bytes_per_s * p_.memory_efficiency;
+    moe_ = std::make_shared<const detail::moe_table>(r, n);
+  }
+
   void validate_params() const {
     const char* where = "weft::sched::sim::cost_model";
     const model_spec& m = p_.model;
@@ -419,6 +564,33 @@ class cost_model {
             errc::invalid_argument, where, "pipeline_parallel must be in [1, min(4096, layers=", p_.model.layers,
             ")] with tensor_parallel * pipeline_parallel <= 4096, got ", p_.pipeline_parallel);
     validate(p_.nano, where);
+    const moe_spec& x = m.moe;
+    expects(x.experts >= 0 && x.experts <= routing_model::max_experts, errc::invalid_argument, where, "model '", m.name,
+            "': moe.experts must be in [0, ", routing_model::max_experts, "], got ", x.experts);
+    if (x.enabled()) {
+      expects(x.top_k >= 1 && x.top_k <= x.experts && x.expert_intermediate >= 1 && x.shared_experts >= 0 &&
+                  (x.shared_experts == 0 || x.shared_intermediate >= 1),
+              errc::invalid_argument, where, "model '", m.name, "': an MoE model needs 1 <= top_k (", x.top_k,
+              ") <= experts (", x.experts, "), expert_intermediate >= 1 (", x.expert_intermediate,
+              ") and, with shared experts (", x.shared_experts, "), shared_intermediate >= 1 (", x.shared_intermediate,
+              ")");
+      expects(m.layers <= routing_model::max_layers, errc::invalid_argument, where, "model '", m.name,
+              "': an MoE model may have at most ", routing_model::max_layers, " layers, got ", m.layers);
+      expects(p_.nano.nano_batches <= 1 && !p_.nano.overlap_engine, errc::invalid_argument, where, "model '", m.name,
+              "': nano-batching of an MoE model is not modelled; leave cost_params::nano at its default");
+      expects(p_.routing.empty() || (p_.routing.layers() == m.layers && p_.routing.experts() == x.experts &&
+                                     p_.routing.top_k() == x.top_k),
+              errc::invalid_argument, where, "routing model of ", p_.routing.layers(), " layers, ",
+              p_.routing.experts(), " experts, top-", p_.routing.top_k(), " does not fit model '", m.name, "' (",
+              m.layers, " layers, ", x.experts, " experts, top-", x.top_k, ")");
+    } else {
+      expects(p_.routing.empty(), errc::invalid_argument, where, "a routing model was given for model '", m.name,
+              "', which has no experts (model.moe.experts = 0)");
+    }
+    expects(std::isfinite(p_.moe_layer_overhead_s) && p_.moe_layer_overhead_s >= 0.0, errc::invalid_argument, where,
+            "moe_layer_overhead_s must be finite and >= 0, got ", p_.moe_layer_overhead_s);
+    expects(p_.expert_compute_efficiency >= 0.0 && p_.expert_compute_efficiency <= 1.0, errc::invalid_argument, where,
+            "expert_compute_efficiency must be in [0, 1] (0: compute_efficiency), got ", p_.expert_compute_efficiency);
     const auto unit = [](double e) { return e > 0 && e <= 1; };
     expects(unit(p_.compute_efficiency) && unit(p_.memory_efficiency) && unit(p_.attention_compute_efficiency) &&
                 unit(p_.attention_memory_efficiency) && unit(p_.memory_utilization),
@@ -434,6 +606,7 @@ class cost_model {
 
   cost_params p_;
   std::optional<measured_profile> profile_;
+  std::shared_ptr<const detail::moe_table> moe_;  // MoE models only; shared by copies (immutable)
 };
 
 /// What token_budget_for_tbt prices: the iteration a Sarathi token budget must keep within the TBT target.

@@ -73,6 +73,8 @@ struct summary {
   /// instances whose scheduler reports stats().cached_prompt_tokens; requests with token ids only
   /// (sim_options::token_ids).
   std::uint64_t cached_prompt_tokens = 0;
+  /// Expert weight bytes the iterations read (cost_model::expert_bytes; MoE models only, else 0).
+  double expert_bytes = 0.0;
 };
 
 /// Writes the summary as one CSV row (with header when header is true). Thread-safe on distinct streams.
@@ -81,14 +83,15 @@ inline void write_summary_csv(std::ostream& out, const std::string& label, const
     out << "policy,requests,finished,rejected,aborted,makespan_s,ttft_p50,ttft_p90,ttft_p99,tpot_p50,tpot_p90,"
            "tpot_p99,tbt_p50,tbt_p90,tbt_p99,e2e_p50,e2e_p90,e2e_p99,throughput_tok_s,requests_per_s,goodput_req_s,"
            "slo_attainment,max_service_gap,jain_index,preemptions,swaps,iterations,mean_batch_tokens,sched_delay_p50,"
-           "sched_delay_p99,never_scheduled,tbt_over_slo,cached_prompt_tokens\n";
+           "sched_delay_p99,never_scheduled,tbt_over_slo,cached_prompt_tokens,expert_bytes\n";
   out << label << ',' << s.requests << ',' << s.finished << ',' << s.rejected << ',' << s.aborted << ',' << s.makespan_s
       << ',' << s.ttft_p50 << ',' << s.ttft_p90 << ',' << s.ttft_p99 << ',' << s.tpot_p50 << ',' << s.tpot_p90 << ','
       << s.tpot_p99 << ',' << s.tbt_p50 << ',' << s.tbt_p90 << ',' << s.tbt_p99 << ',' << s.e2e_p50 << ',' << s.e2e_p90
       << ',' << s.e2e_p99 << ',' << s.throughput_tok_s << ',' << s.requests_per_s << ',' << s.goodput_req_s << ','
       << s.slo_attainment << ',' << s.max_service_gap << ',' << s.jain_index << ',' << s.preemptions << ',' << s.swaps
       << ',' << s.iterations << ',' << s.mean_batch_tokens << ',' << s.sched_delay_p50 << ',' << s.sched_delay_p99
-      << ',' << s.never_scheduled << ',' << s.tbt_over_slo << ',' << s.cached_prompt_tokens << '\n';
+      << ',' << s.never_scheduled << ',' << s.tbt_over_slo << ',' << s.cached_prompt_tokens << ',' << s.expert_bytes
+      << '\n';
 }
 
 /// Writes one row per request.

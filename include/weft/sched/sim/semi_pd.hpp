@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -25,6 +26,10 @@ struct semi_pd_options {
   /// Share of the instance's SMs the prefill worker starts with (the decode worker has the rest), in (0, 1).
   double prefill_share = 0.5;
   bool adaptive = true;  ///< false: the share stays at prefill_share
+  /// How the adaptive controller moves the share: `feedback` (one step toward the phase over its SLO)
+  /// or `model` (semi-PD's SLO-aware partitioning: predict both phases' latencies under every share
+  /// from the cost model and take the best; share_controller::model_step).
+  enum class control { feedback, model } controller = control::feedback;
   // The controller (adaptive): every control_interval_s it compares the window's mean TTFT and mean
   // TPOT (inter-token gap) to their SLOs and moves one step of share to the phase above its SLO when
   // the other is predicted to stay within its own (detail::share_controller::maybe_step).
@@ -64,6 +69,9 @@ inline void validate(const semi_pd_options& o, const char* where) {
           "bandwidth_saturation_share must be in (0, 1], got ", o.bandwidth_saturation_share);
   expects(o.memory_interference >= 0.0 && std::isfinite(o.memory_interference), errc::invalid_argument, where,
           "memory_interference must be finite and >= 0, got ", o.memory_interference);
+  expects(o.controller == semi_pd_options::control::feedback || o.controller == semi_pd_options::control::model,
+          errc::invalid_argument, where, "controller must be control::feedback or control::model, got ",
+          static_cast<int>(o.controller));
 }
 
 /// Seconds of one iteration of shape `it` on a worker holding `share` of the GPU's SMs, next to a
@@ -73,7 +81,7 @@ inline void validate(const semi_pd_options& o, const char* where) {
 /// (1 + memory_interference); launch overheads, all-reduces, stage sends and the engine's CPU work as
 /// they are (each worker has its own CPU process). share = 1 with no interference is iteration_s
 /// exactly. Throws weft::error for a share outside (0, 1] or a model with nano-batching (not modelled
-/// under a partition). O(log points). Thread-safe.
+/// under a partition) or an MoE model. O(log points). Thread-safe.
 inline double partitioned_iteration_s(const cost_model& m, const iteration_shape& it, double share,
                                       const semi_pd_options& o) {
   const char* where = "weft::sched::sim::partitioned_iteration_s";
@@ -81,6 +89,8 @@ inline double partitioned_iteration_s(const cost_model& m, const iteration_shape
   const cost_params& p = m.params();
   expects(p.nano.nano_batches <= 1 && !p.nano.overlap_engine, errc::invalid_argument, where,
           "nano-batching under an SM partition is not modelled; use a cost model without params().nano");
+  expects(!p.model.moe.enabled(), errc::invalid_argument, where, "model '", p.model.name,
+          "' has experts; an MoE layer under an SM partition is not modelled");
   if (it.tokens <= 0) return 0.0;
   const double compute = share;
   const double bandwidth =
@@ -180,8 +190,8 @@ namespace detail {
 // The controller's per-instance window and the share it sets. One per run; not thread-safe.
 class share_controller {
  public:
-  share_controller(const semi_pd_options& o, std::size_t requests, double start)
-      : o_(o), share_(o.instances, o.prefill_share), windows_(o.instances), last_token_(requests, -1.0) {
+  share_controller(const semi_pd_options& o, const cost_model& m, std::size_t requests, double start)
+      : o_(o), m_(m), share_(o.instances, o.prefill_share), windows_(o.instances), last_token_(requests, -1.0) {
     next_ = start + o.control_interval_s;
     for (std::size_t k = 0; k < o.instances; ++k) shares_.push_back({start, k, o.prefill_share});
   }
@@ -204,16 +214,31 @@ class share_controller {
   // latency is above its SLO, one step of share goes to it, but only if the other phase, its latency
   // scaled by the share it keeps (old / new share: the compute-bound estimate), is predicted to stay
   // within its own SLO. Both above (overload: no split meets both) or both within: hold.
+  // The model controller's record of the window: the batches each worker started (their shapes).
+  void batch_started(std::size_t instance, bool prefill, const iteration_shape& shape) {
+    if (!o_.adaptive || o_.controller != semi_pd_options::control::model) return;
+    (prefill ? windows_[instance].prefill : windows_[instance].decode).push_back(shape);
+  }
+
   void maybe_step(double now) {
     if (!o_.adaptive || now < next_) return;
+    const double span = now - (next_ - o_.control_interval_s);  // the window's length
     next_ = now + o_.control_interval_s;
     for (std::size_t k = 0; k < windows_.size(); ++k) {
       window& w = windows_[k];
       const double ttft = w.ttft_n ? w.ttft_sum / static_cast<double>(w.ttft_n) / o_.ttft_slo_s : 0.0;
       const double tpot = w.gap_n ? w.gap_sum / static_cast<double>(w.gap_n) / o_.tpot_slo_s : 0.0;
-      w = {};
       const double s = share_[k];
       double moved = s;
+      if (o_.controller == semi_pd_options::control::model) {
+        moved = model_step(w, s, ttft, tpot, span);
+        w = {};
+        if (moved == s) continue;
+        share_[k] = moved;
+        shares_.push_back({now, k, moved});
+        continue;
+      }
+      w = {};
       if (ttft > 1.0 && tpot <= 1.0) {
         const double up = std::min(o_.max_share, s + o_.share_step);
         if (tpot * (1.0 - s) / (1.0 - up) <= 1.0) moved = up;
@@ -233,8 +258,47 @@ class share_controller {
   struct window {
     double ttft_sum = 0.0, gap_sum = 0.0;
     std::uint64_t ttft_n = 0, gap_n = 0;
+    std::vector<iteration_shape> prefill, decode;  // the model controller's record
   };
+
+  // semi-PD's model-based partitioning (Hong et al. 2025, §5, as weft reads it): the window's batches
+  // are priced again under every candidate share c (min_share to max_share by share_step) with
+  // partitioned_iteration_s. Prefill busy time B_p(c) predicts TTFT as a queue does: the observed
+  // mean TTFT scaled by B_p(c) / B_p(s) and by (1 - rho(s)) / (1 - rho(c)), rho = busy time / window
+  // (infinite at rho >= 1); TPOT scales with the decode batches' time, B_d(1 - c) / B_d(1 - s). The
+  // share with the least max(TTFT / SLO, TPOT / SLO) wins (ties: the one nearest the current share),
+  // so a split meeting both SLOs is kept when there is one. Without tokens in the window: hold.
+  // O(candidates * batches in the window).
+  double model_step(const window& w, double s, double ttft, double tpot, double span) const {
+    if ((w.ttft_n == 0 && w.gap_n == 0) || span <= 0.0) return s;
+    const auto busy = [&](const std::vector<iteration_shape>& shapes, double share) {
+      double t = 0.0;
+      for (const auto& x : shapes) t += partitioned_iteration_s(m_, x, share, o_);
+      return t;
+    };
+    const double bp = busy(w.prefill, s), bd = busy(w.decode, 1.0 - s);
+    const double rho = std::min(bp / span, 0.999);
+    double best = s, best_cost = std::numeric_limits<double>::infinity();
+    const int steps = static_cast<int>(std::floor((o_.max_share - o_.min_share) / o_.share_step + 1e-9));
+    for (int i = 0; i <= steps; ++i) {
+      const double c = std::min(o_.max_share, o_.min_share + i * o_.share_step);
+      const double bpc = busy(w.prefill, c), bdc = busy(w.decode, 1.0 - c);
+      const double rho_c = bpc / span;
+      const double t = w.ttft_n == 0  ? 0.0
+                       : rho_c >= 1.0 ? std::numeric_limits<double>::infinity()
+                                      : ttft * (bp > 0.0 ? bpc / bp : 1.0) * (1.0 - rho) / (1.0 - rho_c);
+      const double g = w.gap_n == 0 ? 0.0 : tpot * (bd > 0.0 ? bdc / bd : 1.0);
+      const double cost = std::max(t, g);
+      if (cost < best_cost - 1e-12 || (std::abs(cost - best_cost) <= 1e-12 && std::abs(c - s) < std::abs(best - s))) {
+        best_cost = cost;
+        best = c;
+      }
+    }
+    return best;
+  }
+
   const semi_pd_options& o_;
+  const cost_model& m_;
   std::vector<double> share_;
   std::vector<window> windows_;
   std::vector<double> last_token_;  // by workload index: the last token's time (-1: none yet)
@@ -306,7 +370,7 @@ semi_pd_result simulate_semi_pd(
     }
   }
   const double start = w.empty() ? 0.0 : w.front().req.arrival_s;
-  detail::share_controller control(o, w.size(), start);
+  detail::share_controller control(o, m, w.size(), start);
   semi_pd_result out;
   hooks.on_token = [&](std::size_t j, std::size_t i, double now) {
     if (j % 2 == 1 && w[i].output_tokens > 1) ++out.handovers;  // a prefill worker emits first tokens only
@@ -315,7 +379,9 @@ semi_pd_result simulate_semi_pd(
   hooks.iteration_s = [&](std::size_t j, const batch& b, double now) {
     control.maybe_step(now);
     const double s = control.share(j / 2);
-    return partitioned_iteration_s(m, cost_model::shape_of(b), j % 2 == 1 ? s : 1.0 - s, o);
+    const iteration_shape shape = cost_model::shape_of(b);
+    control.batch_started(j / 2, j % 2 == 1, shape);
+    return partitioned_iteration_s(m, shape, j % 2 == 1 ? s : 1.0 - s, o);
   };
   cluster_options c;
   c.prefill_instances = o.instances;

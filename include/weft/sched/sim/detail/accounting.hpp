@@ -189,7 +189,8 @@ class accounting {
     return out;
   }
 
-  void iteration(const batch& b) {
+  void iteration(const batch& b, double expert_bytes = 0.0) {
+    res_.stats.expert_bytes += expert_bytes;
     ++iterations_;
     batch_tokens_ += static_cast<double>(b.tokens());
     preemptions_ += b.preempted_recompute.size() + b.swapped_out.size();

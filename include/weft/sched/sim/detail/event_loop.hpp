@@ -22,6 +22,7 @@
 #include <limits>
 #include <queue>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace weft::sched::sim {
@@ -51,6 +52,10 @@ struct cluster_result {
   std::size_t peak_borrowed_blocks = 0;  ///< most blocks lent at once, cluster-wide
   double remote_attention_bytes = 0.0;   ///< DistAttention queries and partial results sent
   double remote_attention_s = 0.0;       ///< their time, added to the borrowers' iterations
+  // With cluster_options::borrowing.on_demand:
+  std::uint64_t borrow_preemptions = 0;  ///< requests preempted (recompute) when the cluster had no block left
+  std::size_t reclaimed_blocks = 0;      ///< lent blocks taken back by their owner (each a KV block copied)
+  double reclaim_s = 0.0;                ///< those copies' time, owed by the borrowers
 };
 
 namespace detail {
@@ -68,6 +73,13 @@ std::int64_t free_kv_blocks(const S& s) {
   else
     return 0;  // one instance never routes by KV
 }
+
+/// What on-demand KV borrowing needs of a scheduler: taking a request back (iteration_scheduler::cancel)
+/// to preempt it by recompute when the cluster is full.
+template <class S>
+concept cancels_requests = requires(S& s, request_id id) {
+  { s.cancel(id) } -> std::convertible_to<bool>;
+};
 
 enum class instance_role { both, prefill, decode };
 
@@ -112,6 +124,8 @@ class event_loop {
                 (c.migration_interval_s == 0.0 &&
                  std::all_of(roles_.begin(), roles_.end(), [](instance_role r) { return r == instance_role::both; })),
             errc::invalid_argument, where, "KV borrowing is for colocated instances without migration");
+    expects(!c.borrowing.on_demand || cancels_requests<S>, errc::invalid_argument, where,
+            "on-demand KV borrowing preempts through the scheduler's cancel(request_id); this scheduler has none");
     expects(c.migration_interval_s >= 0.0 && std::isfinite(c.migration_interval_s) && c.imbalance_blocks >= 0,
             errc::invalid_argument, where, "migration_interval_s must be finite and >= 0, imbalance_blocks >= 0");
     for (S* s : nodes) {
@@ -126,6 +140,10 @@ class event_loop {
 
   cluster_result run() {
     tokens_.resize(w_.size());
+    if (lend_.on_demand()) {
+      recompute_.assign(w_.size(), false);
+      pending_prompt_.assign(w_.size(), 0);
+    }
     for (;;) {
       const double t = next_event();
       if (t == inf) {
@@ -151,6 +169,8 @@ class event_loop {
       out_.peak_borrowed_blocks = lend_.peak_borrowed_blocks();
       out_.remote_attention_bytes = lend_.remote_bytes();
       out_.remote_attention_s = lend_.remote_s();
+      out_.reclaimed_blocks = lend_.reclaimed_blocks();
+      out_.reclaim_s = lend_.reclaim_s();
     }
     for (const auto& n : nodes_)
       if constexpr (reports_cached_prompt_tokens<S>)
@@ -197,11 +217,13 @@ class event_loop {
       for (const auto& e : b.entries) {
         const auto r = acc_.entry(e, n.start, now_);
         n.queued_prompt -= r.prompt_tokens;
+        if (lend_.on_demand()) pending_prompt_[r.index] -= r.prompt_tokens;
         if (!r.emitted) continue;
         // The simulated engine samples the conversation's next token (any value for a counted request).
         decoded_.push_back(
             {e.id, !tokens_[r.index].empty() ? token_at(w_[r.index], e.context_tokens, o_.seed) : token_id{0}});
         if (hooks_ && hooks_->on_token) hooks_->on_token(j, r.index, now_);
+        if (lend_.on_demand() && !r.last) growth_.push_back({r.index, e.context_tokens + 1});
         if (r.last) {
           finished_.push_back(e.id);
           leaving_.push_back(r.index);
@@ -216,8 +238,36 @@ class event_loop {
         release_tokens(i);  // its ids were needed until complete()
         lend_.release(i);
       }
+      if (lend_.on_demand()) grow_on_demand(j);
       for (auto& other : nodes_) other.stalled = false;  // KV was freed: others may fit now
     }
+  }
+
+  // On-demand borrowing: each decoding request of node j's finished batch holds the blocks its next
+  // step needs (context + 1 tokens); when the cluster has none left, node j's latest arrival is
+  // preempted by recompute until the growth fits (or the grower itself was the latest).
+  void grow_on_demand(std::size_t j) {
+    for (const auto& [i, tokens] : growth_) {
+      while (lend_.holds(i) && !lend_.grow(i, tokens, m_)) {
+        std::size_t victim = w_.size();
+        for (std::size_t k = 0; k < w_.size(); ++k)
+          if (lend_.holds(k) && lend_.instance_of(k) == j) victim = k;  // the latest arrival (w_ is in order)
+        preempt_recompute(j, victim);
+      }
+    }
+    growth_.clear();
+  }
+
+  void preempt_recompute(std::size_t j, std::size_t i) {
+    if constexpr (cancels_requests<S>)
+      expects(nodes_[j].s->cancel(w_[i].req.id), errc::precondition, where_, "request ", w_[i].req.id,
+              " could not be taken back from instance ", j, " to free KV blocks");
+    nodes_[j].queued_prompt -= pending_prompt_[i];  // what it has left to prefill goes with it
+    release_tokens(i);
+    lend_.release(i);
+    recompute_[i] = true;
+    deferred_.push_front(i);  // first in line: it arrived before everything still waiting
+    ++out_.borrow_preemptions;
   }
 
   void hand_over(std::size_t i, std::size_t from) {
@@ -299,10 +349,21 @@ class event_loop {
     }
     while (!deferred_.empty()) {
       const std::size_t i = deferred_.front();
-      const std::size_t best = lend_.place(i, [&](std::size_t j) { return nodes_[j].queued_prompt; });
-      if (!lend_.reserve(i, best)) break;
+      const auto load = [&](std::size_t j) { return nodes_[j].queued_prompt; };
+      // On demand, a request holds what its next iterations need: its prompt (plus, after a recompute
+      // preemption, the output it had produced, computed again) and the first token's block.
+      const std::int64_t recomputed = lend_.on_demand() && recompute_[i] ? acc_.record(i).output_tokens : 0;
+      const std::int64_t prompt = w_[i].req.prompt_tokens + recomputed;
+      const std::size_t need = lend_.on_demand() ? lend_.blocks_for(prompt + 1) : 0;
+      const std::size_t best = lend_.on_demand() ? lend_.place_blocks(need, load) : lend_.place(i, load);
+      if (!(lend_.on_demand() ? lend_.reserve_blocks(i, best, need) : lend_.reserve(i, best))) break;
       request r = w_[i].req;
-      if (o_.token_ids && shares_prefix(w_[i])) {
+      if (lend_.on_demand() && recompute_[i]) {
+        r.prompt_tokens = prompt;  // counted by length: its ids, if any, stayed behind
+        r.prefix_id = 0;
+        r.prefix_tokens = 0;
+        r.media = {};
+      } else if (o_.token_ids && shares_prefix(w_[i])) {
         prompt_tokens(w_[i], o_.seed, tokens_[i]);
         r.prompt = tokens_[i];
       }
@@ -315,14 +376,20 @@ class event_loop {
         lend_.release(i);
         throw;
       }
-      if (ok) {
+      const bool again = lend_.on_demand() && recompute_[i];
+      if (ok && again) {
+        nodes_[best].queued_prompt += pending_prompt_[i];
+      } else if (ok) {
         nodes_[best].queued_prompt += w_[i].req.prompt_tokens;
+        if (lend_.on_demand()) pending_prompt_[i] = w_[i].req.prompt_tokens;
       } else {
         release_tokens(i);
         lend_.release(i);
       }
       nodes_[best].stalled = false;
-      acc_.submitted(i, ok);
+      if (!again) acc_.submitted(i, ok);  // a preempted request was counted when it first arrived
+      expects(ok || !again, errc::precondition, where_, "instance ", best, " refused request ", r.id,
+              " readmitted after a preemption");
       deferred_.pop_front();
     }
   }
@@ -378,7 +445,7 @@ class event_loop {
       n.running = &b;
       n.start = now_;
       n.until = now_ + dt;
-      acc_.iteration(b);
+      acc_.iteration(b, m_.expert_bytes(b));
     }
   }
 
@@ -403,6 +470,11 @@ class event_loop {
   std::vector<std::vector<token_id>> tokens_;
   kv_borrowing lend_;                 // KV borrowing between instances (inert unless enabled)
   std::deque<std::size_t> deferred_;  // with borrowing: arrivals waiting for the pool, in order
+  // On-demand borrowing, by workload index: preempted by recompute (readmitted with its output as
+  // prompt); prompt tokens submitted and not yet computed (the router's load, taken back on preemption).
+  std::vector<bool> recompute_;
+  std::vector<std::pair<std::size_t, std::int64_t>> growth_;  // scratch: (request, tokens its next step needs)
+  std::vector<std::int64_t> pending_prompt_;
   cluster_result out_;
   double now_ = 0.0, next_migration_ = inf;
   std::size_t next_ = 0;

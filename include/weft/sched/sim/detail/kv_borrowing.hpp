@@ -32,6 +32,14 @@ struct kv_borrowing_options {
   /// Per layer of an iteration with remote KV: one round trip carrying the queries out and the
   /// partial attention results back (RDMA latency; the paper overlaps it, here it is added).
   double remote_round_trip_s = 10e-6;
+  /// false: a request reserves its whole KV (prompt + output) at admission. true (Infinite-LLM's
+  /// rBlocks grown on demand): admission reserves the prompt and the first decoded token; a block is
+  /// added each time a decoding request's context crosses a block boundary — from its instance's own
+  /// memory, taking back blocks it lent when it has none free (kv::cluster_pool::reclaim: the borrower's
+  /// KV is copied elsewhere over the interconnect, charged to the borrower), else borrowed; when the
+  /// cluster has no block left, the latest arrival on that instance is preempted by recompute (its KV
+  /// dropped, requeued first with prompt + output so far as its prompt).
+  bool on_demand = false;
 };
 
 namespace detail {
@@ -41,6 +49,8 @@ class kv_borrowing {
  public:
   kv_borrowing(const kv_borrowing_options& o, std::size_t instances, const workload& w, const char* where)
       : o_(o), w_(w) {
+    expects(o.enabled || !o.on_demand, errc::invalid_argument, where,
+            "borrowing.on_demand is set but borrowing.enabled is not; enable borrowing or clear on_demand");
     if (!o.enabled) return;
     expects(o.local_blocks >= 1 && o.block_tokens >= 1 && o.borrow_unit_blocks >= 1, errc::invalid_argument, where,
             "KV borrowing needs local_blocks, block_tokens and borrow_unit_blocks >= 1, got ", o.local_blocks, ", ",
@@ -58,11 +68,18 @@ class kv_borrowing {
   bool enabled() const noexcept { return o_.enabled; }
   const kv::cluster_pool& pool() const { return pool_.front(); }
 
+  bool on_demand() const noexcept { return o_.enabled && o_.on_demand; }
   // Blocks of request i's whole KV (prompt plus output tokens).
   std::size_t footprint(std::size_t i) const {
     const std::int64_t tokens = w_[i].req.prompt_tokens + w_[i].output_tokens;
+    return blocks_for(tokens);
+  }
+  std::size_t blocks_for(std::int64_t tokens) const {
     return static_cast<std::size_t>((tokens + o_.block_tokens - 1) / o_.block_tokens);
   }
+  std::size_t held_blocks(std::size_t i) const noexcept { return held_[i].blocks.size(); }
+  bool holds(std::size_t i) const noexcept { return !held_[i].blocks.empty(); }
+  std::size_t instance_of(std::size_t i) const noexcept { return held_[i].instance; }
   bool ever_fits(std::size_t i) const {
     return footprint(i) <= checked_product<std::size_t>("kv_borrowing", pool().instances(), pool().blocks(0).capacity);
   }
@@ -71,7 +88,11 @@ class kv_borrowing {
   // else the one with the most free blocks of its own (it borrows the rest).
   template <class Load>
   std::size_t place(std::size_t i, Load&& load) const {
-    const std::size_t need = footprint(i), n = pool().instances();
+    return place_blocks(footprint(i), load);
+  }
+  template <class Load>
+  std::size_t place_blocks(std::size_t need, Load&& load) const {
+    const std::size_t n = pool().instances();
     std::size_t best = n;
     for (std::size_t j = 0; j < n; ++j)
       if (pool().blocks(j).free >= need && (best == n || load(j) < load(best))) best = j;
@@ -83,15 +104,66 @@ class kv_borrowing {
   }
 
   // Reserves request i's whole KV for instance j; false (nothing changed) when the cluster is short.
-  bool reserve(std::size_t i, std::size_t j) {
+  bool reserve(std::size_t i, std::size_t j) { return reserve_blocks(i, j, footprint(i)); }
+  // Reserves `n` blocks for request i on instance j (on demand: what its next iteration needs).
+  bool reserve_blocks(std::size_t i, std::size_t j, std::size_t n) {
     held h;
-    if (!pool_.front().allocate(j, footprint(i), h.blocks)) return false;
+    if (!pool_.front().allocate(j, n, h.blocks)) return false;
     h.instance = j;
     h.local = 0;
     while (h.local < h.blocks.size() && h.blocks[h.local].owner == j) ++h.local;  // local blocks come first
-    if (h.local < h.blocks.size()) ++borrowing_requests_;
+    if (h.local < h.blocks.size()) {
+      ++borrowing_requests_;
+      h.counted = true;
+    }
     borrowed_blocks_ += h.blocks.size() - h.local;
     held_[i] = std::move(h);
+    peak_borrowed_ = std::max(peak_borrowed_, borrowed_now());
+    return true;
+  }
+
+  // On demand: request i (held) grows to `tokens` tokens of KV. Its instance's own free blocks first;
+  // when it has none but lent some, it takes them back (reclaim: each borrower's block moves elsewhere,
+  // one block of KV over the interconnect, owed by the borrower's instance as busy time); else it
+  // borrows. False, changing nothing, when the cluster has too few free blocks. O(blocks moved *
+  // requests held + instances).
+  bool grow(std::size_t i, std::int64_t tokens, const cost_model& m) {
+    held& h = held_[i];
+    const std::size_t want = blocks_for(tokens);
+    if (want <= h.blocks.size()) return true;
+    std::size_t need = want - h.blocks.size();
+    kv::cluster_pool& pool = pool_.front();
+    if (pool.total_free() < need) return false;
+    const std::size_t j = h.instance;
+    const kv::instance_blocks& own = pool.blocks(j);
+    if (own.free < need && own.lent > 0) {  // the owner's demand first: take lent blocks back
+      const std::size_t back = std::min(need - own.free, own.lent);
+      moves_.clear();
+      if (pool.total_free() - own.free >= back && pool.reclaim(j, back, moves_)) {
+        const double block_s = static_cast<double>(o_.block_tokens) * m.params().model.kv_bytes_per_token() /
+                               m.params().interconnect_bytes_per_s;
+        for (const auto& mv : moves_) {
+          relocate(mv);
+          debt_[mv.borrower] += block_s;
+        }
+        reclaimed_blocks_ += moves_.size();
+        reclaim_s_ += block_s * static_cast<double>(moves_.size());
+      }
+    }
+    const std::size_t before = h.blocks.size();
+    if (!pool.allocate(j, need, h.blocks)) return false;
+    // Keep the instance's own blocks first (DistAttention's split reads blocks[local..] remotely): which
+    // token lives in which block does not change the split's cost, only how many are remote.
+    std::stable_partition(h.blocks.begin(), h.blocks.end(), [j](const kv::cluster_block& b) { return b.owner == j; });
+    const std::size_t local = static_cast<std::size_t>(
+        std::count_if(h.blocks.begin(), h.blocks.end(), [j](const kv::cluster_block& b) { return b.owner == j; }));
+    const std::size_t added_remote = (h.blocks.size() - local) - (before - h.local);
+    h.local = local;
+    borrowed_blocks_ += added_remote;
+    if (added_remote > 0 && !h.counted) {
+      ++borrowing_requests_;
+      h.counted = true;
+    }
     peak_borrowed_ = std::max(peak_borrowed_, borrowed_now());
     return true;
   }
@@ -158,6 +230,8 @@ class kv_borrowing {
   double take_debt(std::size_t instance) noexcept { return std::exchange(debt_[instance], 0.0); }
 
   std::uint64_t borrowing_requests() const noexcept { return borrowing_requests_; }
+  std::size_t reclaimed_blocks() const noexcept { return reclaimed_blocks_; }
+  double reclaim_s() const noexcept { return reclaim_s_; }
   std::size_t peak_borrowed_blocks() const noexcept { return peak_borrowed_; }
   double remote_bytes() const noexcept { return remote_bytes_; }
   double remote_s() const noexcept { return remote_s_; }
@@ -166,9 +240,28 @@ class kv_borrowing {
   struct held {
     std::size_t instance = 0;
     std::vector<kv::cluster_block> blocks;  // the instance's own first, then borrowed units
-    std::size_t local = 0;                  // leading blocks in its own memory
+    std::size_t local = 0;                  // blocks in its own memory (leading, unless grown on demand)
+    bool counted = false;                   // counted in borrowing_requests_
   };
   std::size_t borrowed_now() const noexcept { return borrowed_blocks_; }
+
+  // A reclaim moved a borrower's block: find the request holding it and point it at the new place
+  // (which may be the borrower's own memory: one borrowed block fewer).
+  void relocate(const kv::cluster_block_move& mv) {
+    for (held& h : held_) {
+      if (h.instance != mv.borrower || h.blocks.empty()) continue;
+      const auto it = std::find(h.blocks.begin() + static_cast<std::ptrdiff_t>(std::min(h.local, h.blocks.size())),
+                                h.blocks.end(), mv.from);
+      if (it == h.blocks.end()) continue;
+      *it = mv.to;
+      if (mv.to.owner == mv.borrower) {  // back home: keep local blocks first
+        std::iter_swap(it, h.blocks.begin() + static_cast<std::ptrdiff_t>(h.local));
+        ++h.local;
+        --borrowed_blocks_;
+      }
+      return;
+    }
+  }
 
   kv_borrowing_options o_;
   const workload& w_;
@@ -176,7 +269,9 @@ class kv_borrowing {
   std::vector<held> held_;                        // by workload index
   std::vector<double> debt_;                      // creditor seconds owed, by instance
   std::vector<std::pair<double, double>> share_;  // scratch: remote (pairs, kv tokens) by creditor
-  std::size_t borrowed_blocks_ = 0, peak_borrowed_ = 0;
+  std::vector<kv::cluster_block_move> moves_;     // scratch: a reclaim's moves
+  std::size_t borrowed_blocks_ = 0, peak_borrowed_ = 0, reclaimed_blocks_ = 0;
+  double reclaim_s_ = 0.0;
   std::uint64_t borrowing_requests_ = 0;
   double remote_bytes_ = 0.0, remote_s_ = 0.0;
 };
