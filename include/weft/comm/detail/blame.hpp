@@ -1,19 +1,43 @@
-// Internal: the blame half of the stream engine's failure protocol. When a group fails, every rank
-// sends an abort frame saying whom it was waiting on (frame_codec.hpp); a rank that must name a
-// culprit without one in the failure itself (a timeout) follows those reports, a wait-for graph as
-// in distributed deadlock detection (Chandy, Misra & Haas, ACM TOCS 1983), to the rank that was not
-// waiting on anyone, never answered, or was named by another. Pure functions over the reports, so
-// they are tested on their own (tests/comm/blame_protocol_test.cpp).
+// Internal: the failure/blame protocol of the stream engine. A failure is recorded as a `fault`
+// (the first one a rank finds is the group's cause; later ones are consequences). When a group
+// fails, every rank sends an abort frame saying whom it was waiting on (frame_codec.hpp); a rank
+// that must name a culprit without one in the failure itself (a timeout) follows those reports, a
+// wait-for graph as in distributed deadlock detection (Chandy, Misra & Haas, ACM TOCS 1983), to
+// the rank that was not waiting on anyone, never answered, or was named by another. Plain values
+// and pure functions over the reports, so they are tested on their own
+// (tests/comm/blame_protocol_test.cpp).
 #pragma once
 
 #include <weft/core/error.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace weft::comm::detail {
+
+/// A failure as the engine knows it before it becomes a comm_error (comm_error.hpp has the same
+/// facts as failure_info). A plain value.
+struct fault {
+  errc code = errc::io;
+  int blamed = -1;  ///< the rank held responsible, -1 unknown
+  int origin = -1;  ///< the rank that found it first; -1: this rank
+  std::uint32_t channel = 0, sequence = 0;
+  std::string detail, field, here, there;  ///< in words; for a disagreement the field and both values
+};
+
+/// A fault of `peer` breaking the protocol (a frame that is malformed, above the limits, or out of
+/// place): it is blamed, and the words say so.
+inline fault protocol_fault(int peer, errc code, const std::string& what) {
+  fault f;
+  f.code = code;
+  f.blamed = peer;
+  f.detail = weft::detail::concat("protocol violation by peer ", peer, ": ", what);
+  return f;
+}
 
 /// What one rank said when the group failed (its abort frame), or that it has not said anything.
 struct rank_report {

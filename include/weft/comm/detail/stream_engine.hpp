@@ -1,6 +1,7 @@
 // Internal: message matching and progress over byte streams (shm rings, TCP connections) on the
 // data-frame layer of weft::comm's wire protocol (wire.hpp; docs/comm.md "Wire format"; what the
-// bytes mean is frame_codec.hpp, whom a failure blames is blame.hpp). Each
+// bytes mean is frame_codec.hpp, which receive a frame belongs to is receive_matcher.hpp, whom a
+// failure blames is blame.hpp). Each
 // message travels as framed pieces (one per connection when striped); a receiver's posted buffer
 // is filled in place, frames nobody waits for yet are kept aside (bounded), and any thread blocked
 // in the engine drains every incoming stream, so two ranks sending to each other never deadlock.
@@ -17,6 +18,7 @@
 #include <weft/comm/detail/context.hpp>
 #include <weft/comm/detail/frame_codec.hpp>
 #include <weft/comm/detail/link.hpp>
+#include <weft/comm/detail/receive_matcher.hpp>
 #include <weft/comm/detail/wire.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
@@ -116,13 +118,6 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-/// An address unique to the calling thread: a request records its owner with it, so the thread
-/// that completes it knows whether the owner may be asleep (another thread) or is itself.
-inline const void* this_thread_token() noexcept {
-  thread_local const char token = 0;
-  return &token;
-}
-
 /// A lock for the engine's short critical sections (a stream's parse state, a stream's write
 /// side, the collective book): one atomic exchange to take, one store to release, so an
 /// uncontended message costs a few nanoseconds per lock; a waiter spins briefly, then yields.
@@ -204,7 +199,7 @@ class stream_engine {
         pending_(static_cast<std::size_t>(size)),
         status_(static_cast<std::size_t>(size)) {
     for (int i = 0; i < size * conns; ++i) {
-      rx_.push_back(std::make_unique<rx_state>());
+      rx_.push_back(std::make_unique<rx_state>(cfg.limits));
       tx_.push_back(std::make_unique<tx_state>());
     }
   }
@@ -341,16 +336,8 @@ class stream_engine {
     if (next != cur) poll_ns_.store(next, std::memory_order_relaxed);
   }
 
-  // ---- failures --------------------------------------------------------------------------------
-  // A failure as the engine knows it before it becomes a comm_error.
-  struct fault {
-    errc code = errc::io;
-    int blamed = -1;
-    int origin = -1;  // -1: this rank
-    std::uint32_t channel = 0, sequence = 0;
-    std::string detail, field, here, there;
-  };
-  using rank_status = rank_report;  // blame.hpp
+  // ---- failures (the fault record and the blame rule are blame.hpp's) ---------------------------
+  using rank_status = rank_report;
 
   fault mismatch_fault(int peer, std::uint32_t channel, std::uint32_t seq, const descriptor_difference& d) const {
     fault f;
@@ -427,36 +414,12 @@ class stream_engine {
   }
 
   // ---- streams --------------------------------------------------------------------------------
-  struct request {
-    std::uint32_t channel = 0, check = 0, seq = 0;
-    std::uint64_t total = 0;
-    std::byte* dst = nullptr;
-    std::size_t len = 0;
-    int peer = 0, conn = 0;
-    // Completion is published by whichever thread pumps the stream (under the stream's lock) and
-    // read by the thread that owns the request (without it): done is stored last, with release.
-    std::atomic<bool> done{false}, failed{false}, posted{false};
-    bool deferred = false;        // only the owner touches it
-    const void* owner = nullptr;  // this_thread_token() of the thread that waits for it
-    std::optional<fault> why;     // written before done when failed
-    bool is_done() const noexcept { return done.load(std::memory_order_acquire); }
-  };
-  // A buffer for a frame kept aside: not zeroed (it is written before it is read) and reused, so a
-  // peer that runs a step ahead costs neither page faults nor clearing per frame.
-  struct frame_buffer {
-    std::unique_ptr<std::byte[]> bytes;
-    std::size_t capacity = 0;
-  };
-  struct frame {
-    std::uint32_t check = 0, seq = 0;
-    std::uint64_t total = 0;
-    frame_buffer buf;
-    std::size_t size = 0;
-    bool complete = false;
-    bool failed = false;  // its single-copy payload could not be read
-  };
+  using request = recv_request;  // receive_matcher.hpp
   enum class rx_phase : std::uint8_t { header, payload };
+  // One incoming stream: where its parse stands (header, extensions, payload, pad) and its
+  // receive matcher (which receive each frame belongs to, and the frames kept for later).
   struct rx_state {
+    explicit rx_state(const wire_limits& l) : match(l.max_unexpected_frames, l.max_unexpected_bytes) {}
     spin_lock m;
     rx_phase phase = rx_phase::header;
     std::array<std::byte, frame_header_bytes + descriptor_wire_bytes + frame_remote_bytes> hdr{};
@@ -469,21 +432,9 @@ class stream_engine {
     std::uint64_t total = 0, piece = 0;
     std::byte* target = nullptr;  // nullptr while in payload: discard
     std::size_t remaining = 0;
-    request* cur = nullptr;
-    frame* cur_frame = nullptr;
     std::vector<std::byte> abort_body, scratch, stage;
     std::size_t stage_pos = 0, stage_end = 0;
-    std::deque<request*> posted;
-    std::unordered_map<std::uint32_t, std::deque<frame>> unexpected;
-    std::uint64_t unexpected_bytes = 0, unexpected_frames = 0;
-    std::vector<frame_buffer> spare;  // buffers of frames already taken, for the next ones
-    // Requests of this stream completed or failed so far that belong to other threads. The thread
-    // that pumps is often not the one that owns the request, and that owner may be asleep in the
-    // link's wait (its wake-up, the peer's bytes, was taken by the pumping thread): a pump that
-    // finished one pokes. A thread that completes its own request pokes nobody (no second wake).
-    std::uint64_t finished = 0;
-    bool closed = false;
-    fault close_why;
+    receive_matcher match;
   };
   struct tx_state {
     spin_lock m;
@@ -515,33 +466,7 @@ class stream_engine {
             ": peer ", peer, " must be another rank in [0, ", size_, ")");
   }
 
-  static void fail(request& r, const fault& f) {
-    if (r.done.load(std::memory_order_relaxed)) return;
-    r.why.emplace(f);
-    r.failed.store(true, std::memory_order_relaxed);
-    r.done.store(true, std::memory_order_release);
-  }
-
-  void close_rx(rx_state& rx, const fault& f) {
-    rx.closed = true;
-    rx.close_why = f;
-    for (request* r : rx.posted) {
-      r->posted.store(false, std::memory_order_relaxed);
-      fail(*r, f);
-    }
-    rx.finished += rx.posted.size() + (rx.cur ? 1 : 0);
-    rx.posted.clear();
-    if (rx.cur) fail(*rx.cur, f);
-    rx.cur = nullptr;
-  }
-
-  static fault protocol_fault(int peer, errc code, std::string what) {
-    fault f;
-    f.code = code;
-    f.blamed = peer;
-    f.detail = concat("protocol violation by peer ", peer, ": ", what);
-    return f;
-  }
+  static void close_rx(rx_state& rx, const fault& f) { rx.match.close(f); }
 
   // Reads into dst through the stream's staging buffer (when the link wants one). rx.m held.
   std::size_t rx_fill(rx_state& rx, int peer, int conn, std::byte* dst, std::size_t n) {
@@ -582,49 +507,11 @@ class stream_engine {
     return std::nullopt;
   }
 
-  // What the sender says about a frame, to compare with what a receive expects.
-  struct frame_facts {
-    std::uint32_t seq, check;
-    std::uint64_t total, piece;
-  };
-
-  std::optional<fault> check_request(const request& r, const frame_facts& f, int peer) const {
-    fault out;
-    out.code = errc::mismatch;
-    out.blamed = peer;
-    out.channel = r.channel;
-    out.sequence = r.seq;
-    if (r.seq != 0 && f.seq != 0 && r.seq != f.seq) {
-      out.field = "collective sequence";
-      out.here = std::to_string(r.seq);
-      out.there = std::to_string(f.seq);
-      out.detail = concat("the ranks call collectives on channel ", r.channel, " in different orders: collective #",
-                          r.seq, " here, #", f.seq, " at rank ", peer);
-      return out;
-    }
-    if (f.check != r.check) {
-      out.field = "operation";
-      out.detail = "the ranks disagree about the operation: " + explain_check_difference(r.check, f.check) + " (rank " +
-                   std::to_string(peer) + ")";
-      return out;
-    }
-    if (f.total != r.total || f.piece != r.len) {
-      out.field = "message bytes";
-      out.here = std::to_string(r.total);
-      out.there = std::to_string(f.total);
-      out.detail = concat("message bytes ", r.total, " here, ", f.total, " at rank ", peer);
-      return out;
-    }
-    return std::nullopt;
-  }
-
-  // Header and extensions are in; decide where the payload goes. rx.m held.
-  std::optional<fault> begin_payload(rx_state& rx, int peer, int conn) {
+  // Header and extensions are in; decide where the payload goes (receive_matcher.hpp). rx.m held.
+  std::optional<fault> begin_payload(rx_state& rx, int peer) {
     rx.phase = rx_phase::payload;
     rx.remaining = static_cast<std::size_t>(rx.piece);  // piece <= total <= limits: fits
     rx.target = nullptr;
-    rx.cur = nullptr;
-    rx.cur_frame = nullptr;
     if (rx.kind == frame_kind::abort) {
       rx.abort_body.resize(rx.remaining);  // bounded by max_abort_bytes
       rx.target = rx.abort_body.data();
@@ -635,58 +522,11 @@ class stream_engine {
           std::span<const std::byte, descriptor_wire_bytes>(rx.hdr.data() + frame_header_bytes, descriptor_wire_bytes));
       if (auto f = on_descriptor(peer, rx.channel, rx.seq, d)) return f;
     }
-    for (auto it = rx.posted.begin(); it != rx.posted.end(); ++it) {
-      request* r = *it;
-      if (r->channel != rx.channel) continue;
-      rx.posted.erase(it);
-      r->posted.store(false, std::memory_order_relaxed);
-      if (auto f = check_request(*r, frame_facts{rx.seq, rx.check, rx.total, rx.piece}, peer)) {
-        fail(*r, *f);
-        record_failure(*f);
-      } else {
-        rx.target = r->dst;
-        rx.cur = r;
-      }
-      return std::nullopt;
-    }
-    // Nobody waits for it yet: keep it, within the limits, before allocating anything.
-    if (rx.unexpected_frames + 1 > cfg_.limits.max_unexpected_frames ||
-        rx.unexpected_bytes + rx.piece > cfg_.limits.max_unexpected_bytes)
-      return protocol_fault(
-          peer, errc::capacity,
-          concat("peer ", peer, " (connection ", conn, ") sent ", rx.unexpected_frames + 1, " frames / ",
-                 rx.unexpected_bytes + rx.piece,
-                 " bytes that no receive has asked for yet; the limits are max_unexpected_frames ",
-                 cfg_.limits.max_unexpected_frames, " and max_unexpected_bytes ", cfg_.limits.max_unexpected_bytes));
-    auto& q = rx.unexpected[rx.channel];
-    frame f{rx.check, rx.seq, rx.total, take_buffer(rx, rx.remaining), rx.remaining, false, false};
-    q.push_back(std::move(f));
-    rx.unexpected_frames += 1;
-    rx.unexpected_bytes += rx.piece;
-    rx.cur_frame = &q.back();
-    rx.target = rx.cur_frame->buf.bytes.get();
+    auto l = rx.match.arrive(frame_facts{rx.channel, rx.seq, rx.check, rx.total, rx.piece}, peer);
+    if (l.refused) return l.refused;
+    if (l.mismatch) record_failure(*l.mismatch);
+    rx.target = l.target;
     return std::nullopt;
-  }
-
-  // A buffer of at least n bytes: a spare one when one is big enough, else a new one (rounded up, so
-  // frames of similar sizes share buffers). rx.m held.
-  static frame_buffer take_buffer(rx_state& rx, std::size_t n) {
-    auto best = rx.spare.end();
-    for (auto it = rx.spare.begin(); it != rx.spare.end(); ++it)
-      if (it->capacity >= n && (best == rx.spare.end() || it->capacity < best->capacity)) best = it;
-    if (best != rx.spare.end()) {
-      frame_buffer b = std::move(*best);
-      rx.spare.erase(best);
-      return b;
-    }
-    const std::size_t cap = std::max<std::size_t>(64, std::bit_ceil(std::max<std::size_t>(n, 1)));
-    return frame_buffer{std::make_unique_for_overwrite<std::byte[]>(cap), cap};
-  }
-  // Keeps a few buffers (up to 4, up to 64 MiB together) for the next frames. rx.m held.
-  static void give_back(rx_state& rx, frame_buffer b) {
-    std::size_t kept = b.capacity;
-    for (const auto& x : rx.spare) kept += x.capacity;
-    if (rx.spare.size() < 4 && kept <= (std::size_t{64} << 20)) rx.spare.push_back(std::move(b));
   }
 
   // Parses an abort body (frame_codec.hpp): records the sender's status, and the failure if it is
@@ -733,15 +573,7 @@ class stream_engine {
       }
       return;
     }
-    if (rx.cur) {
-      const bool foreign = rx.cur->owner != this_thread_token();  // read before done: r may go away
-      rx.cur->done.store(true, std::memory_order_release);
-      rx.cur = nullptr;
-      if (foreign) ++rx.finished;
-    } else if (rx.cur_frame) {
-      rx.cur_frame->complete = true;
-      rx.cur_frame = nullptr;
-    }
+    rx.match.complete();
   }
 
   // Reads whatever the stream (peer, conn) has; rx.m must be held. Returns bytes consumed (or 1
@@ -752,15 +584,15 @@ class stream_engine {
       Link& link;
       int peer, conn;
       std::size_t& progressed;
-      const std::uint64_t& finished;
+      const receive_matcher& match;
       std::uint64_t finished_before;
       ~commit_guard() {
         if (progressed > 0) link.commit_reads(peer, conn);
-        if (finished != finished_before) link.poke();  // a request's owner may sleep in wait()
+        if (match.finished() != finished_before) link.poke();  // a request's owner may sleep in wait()
       }
-    } commit{link_, peer, conn, progressed, rx.finished, rx.finished};
+    } commit{link_, peer, conn, progressed, rx.match, rx.match.finished()};
     try {
-      while (!rx.closed) {
+      while (!rx.match.closed()) {
         if (rx.phase == rx_phase::header && rx.skip > 0) {  // the last frame's pad (fewer than 64 bytes)
           std::array<std::byte, 64> sink;
           const std::size_t n = rx_fill(rx, peer, conn, sink.data(), std::min(rx.skip, sink.size()));
@@ -781,7 +613,7 @@ class stream_engine {
             }
             if (rx.got < rx.need) continue;  // extensions follow
           }
-          if (auto f = begin_payload(rx, peer, conn)) {
+          if (auto f = begin_payload(rx, peer)) {
             record_failure(*f);
             close_rx(rx, *f);
             break;
@@ -797,12 +629,7 @@ class stream_engine {
               f.code = errc::peer_failure;
               f.blamed = peer;
               f.detail = e.what();
-              if (rx.cur) {
-                fail(*rx.cur, f);
-                ++rx.finished;
-              }
-              rx.cur = nullptr;
-              if (rx.cur_frame) rx.cur_frame->failed = true;
+              rx.match.lose(f);
             }
             rx.remaining = 0;
             link_.remote_ack(peer);
@@ -858,59 +685,19 @@ class stream_engine {
     return progressed;
   }
 
-  // Posts r on its stream, or completes it from a frame that arrived earlier. rx.m must be held.
+  // Posts r on its stream, or completes it from a frame that arrived earlier; a kept frame that
+  // disagrees with r is the group's failure. rx.m must be held.
   void post(rx_state& rx, request& r) {
-    r.deferred = false;
-    auto it = rx.unexpected.find(r.channel);  // frames that arrived before a close still count
-    if (it != rx.unexpected.end() && !it->second.empty()) {
-      frame& f = it->second.front();
-      if (!f.complete) {  // still arriving: take it when complete, to keep the order
-        r.deferred = true;
-        return;
-      }
-      auto why = check_request(r, frame_facts{f.seq, f.check, f.total, f.size}, r.peer);
-      if (!why && f.failed) {
-        fault lost;
-        lost.code = errc::peer_failure;
-        lost.blamed = r.peer;
-        lost.detail = concat("the payload of a message from peer ", r.peer, " could not be read (the peer failed)");
-        why = lost;
-      }
-      if (why) {
-        fail(r, *why);
-        if (why->code == errc::mismatch) record_failure(*why);
-      } else {
-        if (r.len) std::memcpy(r.dst, f.buf.bytes.get(), r.len);
-        r.done.store(true, std::memory_order_release);
-      }
-      rx.unexpected_bytes -= f.size;
-      give_back(rx, std::move(f.buf));
-      rx.unexpected_frames -= 1;
-      it->second.pop_front();
-      if (it->second.empty()) rx.unexpected.erase(it);
-      return;
-    }
-    if (rx.closed) {
-      fail(r, rx.close_why);
-      return;
-    }
-    rx.posted.push_back(&r);
-    r.posted.store(true, std::memory_order_relaxed);
+    if (auto f = rx.match.post(r)) record_failure(*f);
   }
 
   // Removes r from its stream if it is still referenced there; rx.m must be held. Afterwards no
-  // other thread can complete r. Returns true when part of r's piece had arrived (it is cut off).
-  bool detach_locked(rx_state& rx, request& r) {
-    if (r.posted.load(std::memory_order_relaxed)) {
-      rx.posted.erase(std::remove(rx.posted.begin(), rx.posted.end(), &r), rx.posted.end());
-      r.posted.store(false, std::memory_order_relaxed);
-    }
-    if (rx.cur == &r) {  // the rest of this piece goes nowhere
-      rx.target = nullptr;
-      rx.cur = nullptr;
-      return true;
-    }
-    return false;
+  // other thread can complete r. Returns true when part of r's piece had arrived (it is cut off:
+  // the rest of that piece is read past).
+  static bool detach_locked(rx_state& rx, request& r) {
+    if (!rx.match.detach(r)) return false;
+    rx.target = nullptr;
+    return true;
   }
   // On the way out with an error.
   void detach(request& r) {
