@@ -7,7 +7,7 @@
 #   kv      OpenSSL (libcrypto)              SHA-256 prefix-cache keys (core/crypto.hpp); the rest is std only
 #   sched   -                                standard library only (uses weft::kv)
 #   moe     -                                standard library only
-#   comm    Threads, Boost (Asio, Graph),    tcp transport, topology planning, HMAC-SHA256 connection
+#   comm    Threads, Boost (Asio, Graph),    elastic coordinator, ring planning, HMAC-SHA256 connection
 #           OpenSSL (libcrypto)              authentication (core/crypto.hpp); MPI optional
 #   coding  Eigen3                           decoders solve small dense systems
 #   quant   Threads, TBB                     multi-threaded CPU kernels (CUDA optional)

@@ -5,7 +5,7 @@
 // Paper: plans up to 3.37x faster than heuristics, found within ~15 minutes on a CPU.
 //
 //   bench_sched_apex [quick]    (quick: 256 requests per rate instead of 512, coarser capacity search)
-#include <weft/sched.hpp>
+#include <weft/sched/sim.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -12,7 +12,7 @@
 // min-max over `reps` repetitions.
 //
 //   bench_sched_distkv [reps [rate1 [rate2]]]   (defaults 5, 2.0 and 2.0 arrivals/s: both saturate 4 instances)
-#include <weft/sched.hpp>
+#include <weft/sched/sim.hpp>
 #include <weft/sched/sim/cluster.hpp>
 
 #include <algorithm>

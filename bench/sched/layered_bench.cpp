@@ -15,7 +15,7 @@
 //   bench_sched_layered [runs] [rows] [speedup] [moe_speedup]
 //     defaults: 3 runs per point, the trace's first 4000 rows, arrivals at half the trace's rate (its first rows are a
 //     busy stretch) for the dense model and at its rate for the MoE models
-#include <weft/sched.hpp>
+#include <weft/sched/sim.hpp>
 
 #include <algorithm>
 #include <chrono>

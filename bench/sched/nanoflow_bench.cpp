@@ -8,7 +8,7 @@
 // The simulator is deterministic: one run per configuration gives the number; the wall time is printed.
 //
 //   bench_sched_nanoflow [quick]    (quick: 256 requests per workload instead of 1024)
-#include <weft/sched.hpp>
+#include <weft/sched/sim.hpp>
 
 #include <chrono>
 #include <cstdio>

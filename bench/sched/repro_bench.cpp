@@ -11,7 +11,7 @@
 // Writes repro_capacity.csv, repro_vtc.csv; prints the tables in docs/sched.md.
 //
 //   bench_sched_repro [quick]     (quick: fewer requests, for a smoke run)
-#include <weft/sched.hpp>
+#include <weft/sched/sim.hpp>
 
 #include <chrono>
 #include <cmath>

@@ -6,7 +6,7 @@
 // attainment per rate, the highest rate each keeps >= 90% within SLO, and the paper's numbers beside.
 //
 //   bench_sched_semi_pd [quick]    (quick: 500 requests per rate instead of 1500)
-#include <weft/sched.hpp>
+#include <weft/sched/sim.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -3,7 +3,7 @@
 // CSV (plotted by bench/sched/plot.py). Each policy runs `reps` times; the median and range are printed.
 //
 //   bench_sched_simulator [trace.csv] [reps]
-#include <weft/sched.hpp>
+#include <weft/sched/sim.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -6,7 +6,7 @@
 // N(60, 30%). Paper: 1.42 vs 0.63 queries/s, 2.3x. Deterministic: one run per rate; wall time printed.
 //
 //   bench_sched_splitfuse [quick]    (quick: 256 requests per rate instead of 512)
-#include <weft/sched.hpp>
+#include <weft/sched/sim.hpp>
 
 #include <algorithm>
 #include <chrono>

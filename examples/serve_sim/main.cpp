@@ -5,7 +5,7 @@
 //   serve_sim                         generated workload, then data/azure_llm_2023_conv.csv of the source tree
 //   serve_sim TRACE.csv               that Azure-format trace instead
 //   serve_sim --rows N --time-scale X --model 7b-a100|7b-h100|70b-a100|70b-h100 --engine lean|sarathi --out DIR
-#include <weft/sched.hpp>
+#include <weft/sched/sim.hpp>
 
 #include <chrono>
 #include <cstdio>

@@ -2,7 +2,8 @@
 # Include cost of every umbrella header (include/weft/*.hpp): CPU seconds (user + sys, so a busy
 # machine does not inflate it much) of `<cxx> -std=c++20 -fsyntax-only` on a file that includes only
 # that header. Prints the table; fails when a header takes more than FACTOR x BUDGET seconds (the
-# budget is 2 s, the factor 3, so noise cannot flip the verdict), except headers listed as pending.
+# budget is 2 s, the factor 3, so noise cannot flip the verdict; a header over the limit is timed twice
+# more and judged by its fastest run), except headers listed as pending.
 #
 # Usage: compile_time.sh --cxx <compiler> --flags-dir <dir> [--budget S] [--factor F]
 #                        [--pending "a b"] [--report-only] <include dir>
@@ -39,13 +40,20 @@ for header in "$include_dir"/weft/*.hpp; do
   fi
   printf '#include <weft/%s.hpp>\n' "$name" > "$work/$name.cpp"
   mapfile -t flags < <(tr ';' '\n' < "$flags_file" | sed '/^$/d')
-  TIMEFORMAT='%U %S'
-  if ! { time "$cxx" -std=c++20 -fsyntax-only "${flags[@]}" "$work/$name.cpp" 2> "$work/$name.err"; } 2> "$work/$name.time"; then
-    cat "$work/$name.err" >&2
-    echo "compile_time.sh: weft/$name.hpp does not compile alone" >&2
-    exit 1
-  fi
-  seconds=$(awk '{ printf "%.2f", $1 + $2 }' "$work/$name.time")
+  # Contention on a shared machine (caches, memory bandwidth) only ever adds CPU time, so a header
+  # over the limit is measured twice more and judged by its fastest run.
+  seconds=""
+  for attempt in 1 2 3; do
+    TIMEFORMAT='%U %S'
+    if ! { time "$cxx" -std=c++20 -fsyntax-only "${flags[@]}" "$work/$name.cpp" 2> "$work/$name.err"; } 2> "$work/$name.time"; then
+      cat "$work/$name.err" >&2
+      echo "compile_time.sh: weft/$name.hpp does not compile alone" >&2
+      exit 1
+    fi
+    run=$(awk '{ printf "%.2f", $1 + $2 }' "$work/$name.time")
+    if [[ -z $seconds ]] || awk -v r="$run" -v s="$seconds" 'BEGIN { exit !(r < s) }'; then seconds=$run; fi
+    awk -v s="$seconds" -v l="$limit" 'BEGIN { exit !(s > l) }' || break
+  done
   verdict=ok
   if awk -v s="$seconds" -v l="$limit" 'BEGIN { exit !(s > l) }'; then
     if [[ " $pending " == *" $module "* ]]; then

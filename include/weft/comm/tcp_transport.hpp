@@ -1,4 +1,4 @@
-// TCP transport on Boost.Asio: ranks on any hosts, a full mesh of K connections per pair with
+// TCP transport on POSIX sockets: ranks on any hosts, a full mesh of K connections per pair with
 // large messages striped over them (Gloo's and NCCL's multi-socket trick), after a rendezvous
 // through rank 0 (host:port) or a shared directory. Sockets are tuned (TCP_NODELAY, buffer sizes)
 // and the data path is non-blocking send/recv driven by poll(2) through the stream engine.
@@ -8,9 +8,6 @@
 #include <weft/comm/detail/stream_engine.hpp>
 #include <weft/comm/detail/tcp_rendezvous.hpp>
 #include <weft/core/error.hpp>
-
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/io_context.hpp>
 
 #include <algorithm>
 #include <atomic>
