@@ -114,7 +114,7 @@ outcome run(const sim::workload& w, const sim::cost_model& m, bool borrow, int r
 
 void print(const char* name, const outcome& o, const char* mix_name, std::ofstream& csv) {
   const auto& s = o.r.result.stats;
-  csv << '"' << mix_name << "\"," << name << ',' << s.finished << ',' << s.rejected << ',' << o.long_done << ','
+  csv << '"' << mix_name << "\",\"" << name << "\"," << s.finished << ',' << s.rejected << ',' << o.long_done << ','
       << o.long_total << ',' << o.processed_tok_s << ',' << s.throughput_tok_s << ',' << s.e2e_p99 << ','
       << o.r.borrowing_requests << ',' << o.r.remote_attention_s << ',' << median(o.wall) << '\n';
   std::printf(

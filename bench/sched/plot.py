@@ -215,3 +215,47 @@ if semi:
     fig.tight_layout()
     fig.savefig(os.path.join(out, "semi_pd.png"), dpi=100)
     print("wrote", os.path.join(out, "semi_pd.png"))
+
+# Layered prefill vs chunked prefill: TTFT p50 against TBT p99, one point per setting, for the dense
+# model (layered.csv) and each MoE model (layered_<model>.csv).
+layered = sorted(f for f in os.listdir(out) if f.startswith("layered") and f.endswith(".csv"))
+if layered:
+    fig, axes = plt.subplots(1, len(layered), figsize=(5.5 * len(layered), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], layered):
+        data = rows(name)
+        for policy, marker in [("chunked", "o"), ("layered", "s")]:
+            pts = [r for r in data if r["policy"] == policy]
+            ax.scatter([float(r["tbt_p99_s"]) for r in pts], [float(r["ttft_p50_s"]) for r in pts], marker=marker,
+                       label=policy + " prefill")
+        ax.set_xlabel("TBT p99 (s)")
+        ax.set_ylabel("TTFT p50 (s)")
+        ax.set_yscale("log")
+        model = name[len("layered"):-len(".csv")].lstrip("_") or "Llama-2-7B (dense)"
+        ax.set_title(f"layered vs chunked prefill, {model} (simulated)", fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "layered.png"), dpi=100)
+    print("wrote", os.path.join(out, "layered.png"))
+
+# KV borrowing between instances (Infinite-LLM): throughput and long requests served per mode.
+distkv = rows("distkv.csv")
+if distkv:
+    mixes = list(dict.fromkeys(r["mix"] for r in distkv))
+    modes = list(dict.fromkeys(r["mode"] for r in distkv))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    width = 0.8 / len(modes)
+    for j, mode in enumerate(modes):
+        pts = [next(r for r in distkv if r["mix"] == m and r["mode"] == mode) for m in mixes]
+        xs = [i + j * width for i in range(len(mixes))]
+        axes[0].bar(xs, [float(r["processed_tok_s"]) for r in pts], width, label=mode)
+        axes[1].bar(xs, [int(r["long_finished"]) / max(1, int(r["long_total"])) for r in pts], width, label=mode)
+    for ax, label in zip(axes, ["processed tokens/s", "share of long-context requests finished"]):
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(mixes))])
+        ax.set_xticklabels(mixes, fontsize=7)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    fig.suptitle("KV borrowing between 4 instances (Infinite-LLM style, simulated)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "distkv.png"), dpi=100)
+    print("wrote", os.path.join(out, "distkv.png"))

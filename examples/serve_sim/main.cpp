@@ -1,6 +1,8 @@
 // serve_sim: compares serving policies in weft's discrete-event simulator — the same scheduler objects
 // an engine would run — on a generated multi-tenant workload and, when present, the Azure LLM
-// conversation trace. Prints one table per workload; --out DIR also writes CSV for plotting.
+// conversation trace. Prints one table per workload; --out DIR also writes CSV (a summary, each
+// request's latencies and each tenant's service over time, per policy) and draws them as PNG with
+// plot.py next to this file (python3 with matplotlib; the CSVs are written either way).
 //
 //   serve_sim                         generated workload, then data/azure_llm_2023_conv.csv of the source tree
 //   serve_sim TRACE.csv               that Azure-format trace instead
@@ -137,8 +139,27 @@ void write(const std::string& dir, const std::string& tag, const std::vector<row
     header = false;
     std::ofstream service(dir + "/" + tag + "_service_" + r.name + ".csv");
     sim::write_service_csv(service, r.result.service);
+    std::ofstream requests(dir + "/" + tag + "_requests_" + r.name + ".csv");
+    sim::write_records_csv(requests, r.result.records);
   }
-  std::cout << "  wrote " << dir << "/" << tag << "_summary.csv and per-policy service timelines\n";
+  std::cout << "  wrote " << dir << "/" << tag
+            << "_summary.csv and per-policy request latencies and service timelines\n";
+}
+
+// Draws the CSVs of `dir` with plot.py (latency CDFs and per-tenant service per policy). The first
+// python3 on PATH may lack matplotlib (e.g. pyenv); the system one is the fallback.
+void plot(const std::string& dir) {
+#ifdef WEFT_SERVE_SIM_PLOT
+  if (dir.empty()) return;
+  const std::string script = WEFT_SERVE_SIM_PLOT;
+  const std::string args = " '" + script + "' '" + dir + "' >/dev/null 2>&1";
+  if (std::system(("python3" + args + " || /usr/bin/python3" + args).c_str()) == 0)
+    std::cout << "\nplots: " << dir << "/*_latency_cdf.png, " << dir << "/*_service.png\n";
+  else
+    std::cout << "\n(python3 with matplotlib not found: no PNG; the CSVs in " << dir << " have the data)\n";
+#else
+  (void)dir;
+#endif
 }
 
 // Two GPUs, three ways: two colocated instances, the same with Llumnix migration, and DistServe's
@@ -284,6 +305,7 @@ int main(int argc, char** argv) try {
       }
     if (trace.empty()) {
       std::cout << "\n(no Azure trace at data/azure_llm_2023_conv.csv; pass a trace path to replay one)\n";
+      plot(out);
       return 0;
     }
     // The demo replays the first 6000 requests (~18 minutes) at 1.25x the trace's rate, so that the
@@ -302,6 +324,7 @@ int main(int argc, char** argv) try {
             " requests, clients assigned Zipf(1) over 4, time scale " + std::to_string(time_scale),
         result, s);
   write(out, "azure", result);
+  plot(out);
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "serve_sim: " << e.what() << '\n';
