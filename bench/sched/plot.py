@@ -132,7 +132,7 @@ vtcr = rows("repro_vtc.csv")
 if cap or vtcr:
     fig, axes = plt.subplots(1, 3, figsize=(18, 4.5))
     for ax, study in zip(axes[:2], ["sarathi", "distserve"]):
-        sub = [r for r in cap if r["study"] == study]
+        sub = [r for r in cap if r["study"] == study and (study != "distserve" or r["setting"] == "4gpu")]
         labels = [f'{r["policy"]}\n{r["setting"][:28]}' for r in sub]
         ax.bar(range(len(sub)), [float(r["capacity_req_s"]) for r in sub],
                color=["C0" if "vLLM" in r["policy"] else "C1" for r in sub])
