@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiles what bench/quant/gpu/run.sh runs, with nvcc only (no GPU needed): the GPU tests and the
-# C ABI library of the PyTorch binding. ARCHS: GPU targets (default "80 90a").
+# C ABI library of the PyTorch binding, the MoE dispatch / quantizer test and benchmark. ARCHS: GPU targets (default "80 90a").
 #   bench/quant/gpu/build.sh [output folder, default build/gpu]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -14,4 +14,7 @@ nvcc "${flags[@]}" "$root/tests/quant/cuda_quant_test.cu" -o "$out/cuda_quant_te
 nvcc "${flags[@]}" "$root/bench/quant/gpu/probe_mma_sp.cu" -o "$out/probe_mma_sp" &
 "$root/bindings/torch/build.sh" "$out" &
 wait -n && wait -n && wait -n && wait -n
+nvcc "${flags[@]}" "$root/tests/quant/cuda_dispatch_test.cu" -o "$out/cuda_dispatch_test" &
+nvcc "${flags[@]}" "$root/bench/quant/gpu/bench_dispatch.cu" -o "$out/bench_dispatch" &
+wait -n && wait -n
 echo "built into $out"

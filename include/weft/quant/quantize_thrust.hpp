@@ -45,14 +45,20 @@ struct scale_of {
   WEFT_HOST_DEVICE float operator()(float amax) const noexcept { return amax > 0.0f ? amax / qmax : 1.0f; }
 };
 
+/// One code of the symmetric rule (quantizers.hpp): round(x / scale) + zero, clamped to [lo, hi].
+/// Shared with the one-pass CUDA quantizer (quant/cuda/quantize_groups.cuh), so both give the CPU's codes.
+WEFT_HOST_DEVICE inline std::int8_t encode_value(float x, float scale, int lo, int hi, int zero) noexcept {
+  const float c = nearbyintf(x / scale) + static_cast<float>(zero);
+  return static_cast<std::int8_t>(c < static_cast<float>(lo) ? lo : c > static_cast<float>(hi) ? hi : c);
+}
+
 struct encode {
   const float* x;
   const float* scales;
   group_of group;
   int lo, hi, zero;
   WEFT_HOST_DEVICE std::int8_t operator()(std::int64_t i) const noexcept {
-    const float c = nearbyintf(x[i] / scales[group(i)]) + static_cast<float>(zero);
-    return static_cast<std::int8_t>(c < static_cast<float>(lo) ? lo : c > static_cast<float>(hi) ? hi : c);
+    return encode_value(x[i], scales[group(i)], lo, hi, zero);
   }
 };
 
