@@ -20,6 +20,20 @@ def rows(name):
         return list(csv.DictReader(f))
 
 
+def grouped_bars(ax, data, group_key, series_key, value):
+    """One bar per (group, series) of `data` rows, series side by side within a group; a missing
+    combination is left empty. Returns the groups in first-seen order."""
+    groups = list(dict.fromkeys(r[group_key] for r in data))
+    series = list(dict.fromkeys(r[series_key] for r in data))
+    width = 0.8 / len(series)
+    for j, name in enumerate(series):
+        ys = [next((value(r) for r in data if r[group_key] == g and r[series_key] == name), float("nan"))
+              for g in groups]
+        ax.bar([i + j * width for i in range(len(groups))], ys, width, label=name)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))])
+    return groups
+
+
 pol = rows("sched_policies.csv")
 if pol:
     loads = sorted({r["load"] for r in pol})
@@ -156,18 +170,12 @@ if cap or vtcr:
 
 nano = rows("nanoflow.csv")
 if nano:
-    loads = list(dict.fromkeys(r["workload"] for r in nano))
-    engines = list(dict.fromkeys(r["engine"] for r in nano))
-    fig, ax = plt.subplots(figsize=(11, 4))
-    width = 0.8 / len(engines)
-    for j, e in enumerate(engines):
-        ys = [next(float(r["share_of_optimal"]) for r in nano if r["workload"] == w and r["engine"] == e) for w in loads]
-        ax.bar([i + j * width for i in range(len(loads))], [100 * y for y in ys], width, label=e)
+    fig, ax = plt.subplots(figsize=(15, 4))
+    loads = grouped_bars(ax, nano, "workload", "engine", lambda r: 100 * float(r["share_of_optimal"]))
     ax.axhspan(59, 72, color="grey", alpha=0.2, label="NanoFlow paper: 59-72% of optimal")
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(loads))])
-    ax.set_xticklabels(loads)
+    ax.set_xticklabels(loads, fontsize=7)
     ax.set_ylabel("% of optimal throughput")
-    ax.set_title("NanoFlow-style overlap, Llama-2-70B on 4 x A100 (simulated)", fontsize=9)
+    ax.set_title("NanoFlow-style overlap, Llama-2-70B on 4 x A100 (TP 4) and 8 x A100 (TP 8) (simulated)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "nanoflow.png"), dpi=100)
@@ -241,17 +249,10 @@ if layered:
 # KV borrowing between instances (Infinite-LLM): throughput and long requests served per mode.
 distkv = rows("distkv.csv")
 if distkv:
-    mixes = list(dict.fromkeys(r["mix"] for r in distkv))
-    modes = list(dict.fromkeys(r["mode"] for r in distkv))
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
-    width = 0.8 / len(modes)
-    for j, mode in enumerate(modes):
-        pts = [next(r for r in distkv if r["mix"] == m and r["mode"] == mode) for m in mixes]
-        xs = [i + j * width for i in range(len(mixes))]
-        axes[0].bar(xs, [float(r["processed_tok_s"]) for r in pts], width, label=mode)
-        axes[1].bar(xs, [int(r["long_finished"]) / max(1, int(r["long_total"])) for r in pts], width, label=mode)
-    for ax, label in zip(axes, ["processed tokens/s", "share of long-context requests finished"]):
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(mixes))])
+    values = [lambda r: float(r["processed_tok_s"]), lambda r: int(r["long_finished"]) / max(1, int(r["long_total"]))]
+    for ax, value, label in zip(axes, values, ["processed tokens/s", "share of long-context requests finished"]):
+        mixes = grouped_bars(ax, distkv, "mix", "mode", value)
         ax.set_xticklabels(mixes, fontsize=7)
         ax.set_ylabel(label)
         ax.legend(fontsize=7)

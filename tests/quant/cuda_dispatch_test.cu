@@ -9,6 +9,8 @@
 #include <weft/quant/cuda/quantize_groups.cuh>
 #include <weft/quant/quantizers.hpp>
 
+#include "cuda_test_util.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,35 +24,11 @@ namespace wc = weft::quant::cuda;
 
 namespace {
 
-int failures = 0, checks = 0;
-void check(bool ok, const std::string& what) {
-  ++checks;
-  if (!ok) {
-    std::printf("FAILED: %s\n", what.c_str());
-    ++failures;
-  }
-}
-void cuda_ok(cudaError_t e, const std::string& what) { check(e == cudaSuccess, what + ": " + cudaGetErrorString(e)); }
-
-template <class T>
-struct device_buffer {
-  T* p = nullptr;
-  std::size_t n = 0;
-  explicit device_buffer(std::size_t count, int fill = 0) : n(count) {
-    cuda_ok(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)), "cudaMalloc");
-    cuda_ok(cudaMemset(p, fill, std::max<std::size_t>(count, 1) * sizeof(T)), "cudaMemset");
-  }
-  explicit device_buffer(const std::vector<T>& v) : device_buffer(v.size()) {
-    cuda_ok(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "copy to device");
-  }
-  device_buffer(const device_buffer&) = delete;
-  ~device_buffer() { cudaFree(p); }
-  std::vector<T> get() const {
-    std::vector<T> v(n);
-    cuda_ok(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "copy to host");
-    return v;
-  }
-};
+using weft_cuda_test::check;
+using weft_cuda_test::checks;
+using weft_cuda_test::cuda_ok;
+using weft_cuda_test::device_buffer;
+using weft_cuda_test::failures;
 
 bool threw(const auto& f) {
   try {

@@ -12,6 +12,8 @@
 #include <weft/quant/quantized_activations.hpp>
 #include <weft/quant/reference.hpp>
 
+#include "cuda_test_util.cuh"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,16 +29,11 @@ using weft::half;
 
 namespace {
 
-int failures = 0, checks = 0;
-void check(bool ok, const std::string& what) {
-  ++checks;
-  if (!ok) {
-    std::printf("FAILED: %s\n", what.c_str());
-    ++failures;
-  }
-}
-
-void cuda_ok(cudaError_t e, const std::string& what) { check(e == cudaSuccess, what + ": " + cudaGetErrorString(e)); }
+using weft_cuda_test::check;
+using weft_cuda_test::checks;
+using weft_cuda_test::cuda_ok;
+using weft_cuda_test::device_buffer;
+using weft_cuda_test::failures;
 
 /// Every kernel shape the tests launch. The GPU run (bench/quant/gpu/build.sh) compiles the
 /// benchmark's whole list; a build without WEFT_GEMV_TEST_EVERY_CONFIG (CI, which has no GPU)
@@ -54,26 +51,6 @@ using other_configs = std::tuple<wc::gemv_config<2, 2, 8>>;
 #endif
 // The other type combinations (bf16, float and bf16 scales, 16-bit outputs, W4A8) run with
 // other_configs: every shape on the GPU run, one in CI's build.
-
-template <class T>
-struct device_buffer {
-  T* p = nullptr;
-  std::size_t n = 0;
-  explicit device_buffer(std::size_t count) : n(count) {
-    cuda_ok(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)), "cudaMalloc");
-  }
-  explicit device_buffer(const std::vector<T>& v) : device_buffer(v.size()) {
-    cuda_ok(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "copy to device");
-  }
-  device_buffer(const device_buffer&) = delete;
-  ~device_buffer() { cudaFree(p); }
-  std::vector<T> get() const {
-    std::vector<T> v(n);
-    cuda_ok(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "copy to host");
-    return v;
-  }
-  void poison() { cuda_ok(cudaMemset(p, 0xFF, n * sizeof(T)), "poison"); }
-};
 
 std::vector<int> random_ints(std::size_t count, unsigned seed, int lo, int hi) {
   std::mt19937 rng(seed);
