@@ -227,23 +227,28 @@ int main(int argc, char** argv) {
   std::printf("\nsegment cache oracle SCH(m, cap) vs Belady and LRU (per-layer caches, mean of seeds 1..%zu):\n",
               seeds.size());
   std::printf("%4s %4s %8s %8s %8s\n", "m", "cap", "SCH", "Belady", "LRU");
+  // SCH's, Belady's and LRU's hit rates at 1x..4x the active experts per layer, weighted by w, added up.
+  const auto add_hit_rates = [&](const routing_trace& trace, std::uint32_t m, std::vector<double>& sch,
+                                 std::vector<double>& bel, std::vector<double>& lru) {
+    const auto h = segment_cache_hit_rates(trace, m, 4 * trace.shape().top_k);
+    const auto future = std::make_shared<const belady_future>(trace.shape(), trace.lookups());
+    for (std::uint32_t mult = 1; mult <= 4; ++mult) {
+      const std::uint64_t slots = std::uint64_t{mult} * trace.shape().top_k;
+      sch[mult - 1] += h[slots - 1] * w;
+      bel[mult - 1] += run(trace, capacity_scope::per_layer, slots, belady_policy(future), false, o, expert_bytes)
+                           .resident_hit_rate() *
+                       w;
+      lru[mult - 1] +=
+          run(trace, capacity_scope::per_layer, slots, lru_policy{}, false, o, expert_bytes).resident_hit_rate() * w;
+    }
+  };
   for (const std::uint32_t m : {8u, 16u, 32u}) {
     std::vector<double> sch(4, 0.0), bel(4, 0.0), lru(4, 0.0);
     for (const std::uint64_t seed : seeds) {
       trace_params tp = base;
       tp.seed = seed;
       const routing_trace trace = generate_trace(tp);
-      const auto h = segment_cache_hit_rates(trace, m, 4 * trace.shape().top_k);
-      const auto future = std::make_shared<const belady_future>(trace.shape(), trace.lookups());
-      for (std::uint32_t mult = 1; mult <= 4; ++mult) {
-        const std::uint64_t slots = std::uint64_t{mult} * trace.shape().top_k;
-        sch[mult - 1] += h[slots - 1] * w;
-        bel[mult - 1] += run(trace, capacity_scope::per_layer, slots, belady_policy(future), false, o, expert_bytes)
-                             .resident_hit_rate() *
-                         w;
-        lru[mult - 1] +=
-            run(trace, capacity_scope::per_layer, slots, lru_policy{}, false, o, expert_bytes).resident_hit_rate() * w;
-      }
+      add_hit_rates(trace, m, sch, bel, lru);
     }
     for (std::uint32_t mult = 1; mult <= 4; ++mult) {
       std::printf("%4u %3ux %8.3f %8.3f %8.3f\n", m, mult, sch[mult - 1], bel[mult - 1], lru[mult - 1]);
@@ -283,18 +288,7 @@ int main(int argc, char** argv) {
       std::vector<double> sch(4, 0.0), bel(4, 0.0), lru(4, 0.0);
       for (const std::uint64_t seed : seeds) {
         const routing_trace trace = generate_trace(mixtral_trace_params(24, 256, seed));
-        const auto h = segment_cache_hit_rates(trace, m, 4 * trace.shape().top_k);
-        const auto future = std::make_shared<const belady_future>(trace.shape(), trace.lookups());
-        for (std::uint32_t mult = 1; mult <= 4; ++mult) {
-          const std::uint64_t slots = std::uint64_t{mult} * trace.shape().top_k;
-          sch[mult - 1] += h[slots - 1] * w;
-          bel[mult - 1] += run(trace, capacity_scope::per_layer, slots, belady_policy(future), false, o, expert_bytes)
-                               .resident_hit_rate() *
-                           w;
-          lru[mult - 1] +=
-              run(trace, capacity_scope::per_layer, slots, lru_policy{}, false, o, expert_bytes).resident_hit_rate() *
-              w;
-        }
+        add_hit_rates(trace, m, sch, bel, lru);
       }
       for (std::uint32_t mult = 1; mult <= 4; ++mult) {
         std::printf("%4u %3ux %8.3f %8.3f %8.3f\n", m, mult, sch[mult - 1], bel[mult - 1], lru[mult - 1]);
