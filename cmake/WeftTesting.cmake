@@ -144,6 +144,20 @@ function(weft_add_test module name)
   set_tests_properties(${module}.${name} PROPERTIES LABELS "${labels}" TIMEOUT ${ARG_TIMEOUT})
 endfunction()
 
+# weft_add_test_run(<module> <name> TARGET <test executable> ENVIRONMENT <VAR=value...> [LABELS ...]
+#                   [TIMEOUT s]): another ctest, "<module>.<name>", of an executable weft_add_test built
+# (a soak or long run of the same test), configured by environment variables instead of a second
+# build of the same sources.
+function(weft_add_test_run module name)
+  cmake_parse_arguments(ARG "" "TARGET;TIMEOUT" "ENVIRONMENT;LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  add_test(NAME ${module}.${name} COMMAND ${ARG_TARGET})
+  set_tests_properties(${module}.${name} PROPERTIES LABELS "${module};${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                                                    ENVIRONMENT "${ARG_ENVIRONMENT}")
+endfunction()
+
 option(WEFT_HEADER_TESTS "Compile every public header alone (dev preset; sanitizer presets skip it)" ON)
 
 function(weft_add_header_test module)

@@ -7,11 +7,12 @@
 // every bad case must fail on every rank, blaming the same rank. Inputs are small integers
 // (−2..2, or 0..3 unsigned), so every sum and product is exact in every type and wraps (defined)
 // in the integer ones: the reference is exact whatever order an algorithm combines in.
-// `make test` runs a fixed sample of the product (well under a minute); the soak build
-// (WEFT_CONFORMANCE_FULL) runs all of it. WEFT_CONFORMANCE_SEED picks another sample;
+// `make test` runs a fixed sample of the product (well under a minute); the soak run
+// (WEFT_CONFORMANCE_FULL=1 in the environment) runs all of it. WEFT_CONFORMANCE_SEED picks another sample;
 // WEFT_CONFORMANCE_TRANSPORTS (e.g. "inproc,shm") runs only those transports.
 #include "job_secret.hpp"
 #include "rank_threads.hpp"
+#include "run_length.hpp"
 
 #include <weft/comm/collectives.hpp>
 #include <weft/comm/launcher.hpp>
@@ -41,11 +42,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-#ifdef WEFT_CONFORMANCE_FULL
-constexpr bool full_run = true;
-#else
-constexpr bool full_run = false;
-#endif
+// The soak run (comm.conformance_full) sets WEFT_CONFORMANCE_FULL=1.
+const bool full_run = weft_test::env_flag("WEFT_CONFORMANCE_FULL");
 
 enum class coll : std::uint8_t {
   allreduce,

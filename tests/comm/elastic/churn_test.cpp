@@ -1,7 +1,8 @@
 // Churn: members join and leave (gracefully or by crashing) at random while the group steps;
 // after every round all live members hold the same state hash, and no step hangs.
-// WEFT_CHURN_STEPS sets the length (200 in the soak build, small by default).
+// WEFT_CHURN_STEPS in the environment sets the length (200 in the soak run, 40 by default).
 #include "../job_secret.hpp"
+#include "../run_length.hpp"
 
 #include <weft/comm/elastic.hpp>
 
@@ -17,10 +18,6 @@
 #include <set>
 #include <thread>
 #include <vector>
-
-#ifndef WEFT_CHURN_STEPS
-#define WEFT_CHURN_STEPS 40
-#endif
 
 namespace we = weft::comm::elastic;
 using namespace std::chrono_literals;
@@ -39,7 +36,7 @@ struct member_thread {
 
 TEST_CASE("churn: random joins and leaves, every round ends with identical state everywhere",
           "[comm][elastic][churn]") {
-  constexpr std::uint64_t steps = WEFT_CHURN_STEPS;
+  const std::uint64_t steps = weft_test::env_count("WEFT_CHURN_STEPS", 40);
   we::coordinator_options co;
   co.min_members = 2;
   co.heartbeat_timeout = 1s;
