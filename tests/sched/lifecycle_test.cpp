@@ -404,3 +404,105 @@ TEMPLATE_TEST_CASE("a fork made while the batch is full waits for room and is ne
   CHECK(s.idle());
   CHECK(s.kv().free_blocks() == s.kv().usable_blocks());
 }
+
+TEMPLATE_TEST_CASE("a request that ended is gone at once: its id may come back, running() counts live ones",
+                   "[sched][lifecycle]", iteration_t, prefill_first_t, layered_t) {
+  // The slot of a request that ends may stay in the running set for a while (compacted lazily): no
+  // call may see it.
+  auto s = make<TestType>(256);
+  std::vector<std::vector<token_id>> prompts;
+  for (std::uint64_t i = 1; i <= 8; ++i) prompts.push_back(iota_ids(20, static_cast<token_id>(100 * i)));
+  for (std::uint64_t i = 1; i <= 8; ++i) REQUIRE(s->submit(with_ids(i, prompts[i - 1]), 0.0));
+  std::map<request_id, std::vector<token_id>> fed;
+  for (int it = 0; it < 40 && s->running() < 8; ++it) step(*s, 1.0, &fed);
+  for (int it = 0; it < 4; ++it) step(*s, 1.0, &fed);
+  REQUIRE(s->running() == 8);
+  step(*s, 1.0, &fed, {request_id(3)});
+  CHECK(s->running() == 7);
+  CHECK(s->waiting() == 0);
+  CHECK_FALSE(s->cancel(request_id(3)));
+  CHECK_THROWS_WITH(s->fork(request_id(3), request_id(30), 5), Catch::Contains("is not running"));
+  // The same id, a new request: admitted and fed its own tokens.
+  const auto again = iota_ids(20, 5000);
+  REQUIRE(s->submit(with_ids(3, again), 2.0));
+  CHECK(s->waiting() == 1);
+  fed.erase(request_id(3));
+  bool decoded = false;
+  for (int it = 0; it < 40 && !decoded; ++it) {
+    const batch b = step(*s, 3.0, &fed);
+    for (const batch_entry& e : b.entries)
+      if (e.id == request_id(3) && e.decode_tokens > 0) {
+        decoded = true;
+        CHECK(e.token == fed[request_id(3)].front());  // its own first token, not the old request's
+      }
+    CHECK(std::count_if(b.entries.begin(), b.entries.end(),
+                        [](const batch_entry& e) { return e.id == request_id(3); }) <= 1);
+  }
+  CHECK(decoded);
+  CHECK(s->running() == 8);
+  const auto ids = s->kv().tokens(request_id(3));
+  REQUIRE(ids.size() >= again.size());
+  CHECK(std::equal(again.begin(), again.end(), ids.begin()));
+  CHECK(s->cancel(request_id(3)));
+  CHECK(s->running() == 7);
+}
+
+namespace {
+// The default KV manager without compute_prompt_keys: the scheduler then hashes prompts at admission.
+struct kv_without_prompt_keys : weft::kv::kv_manager<> {
+  using weft::kv::kv_manager<>::kv_manager;
+  weft::kv::prompt_keys compute_prompt_keys(std::span<const token_id>, const weft::kv::request_options&) const = delete;
+};
+static_assert(kv_manager<kv_without_prompt_keys>);
+static_assert(!precomputes_prompt_keys<kv_without_prompt_keys>);
+static_assert(precomputes_prompt_keys<weft::kv::kv_manager<>>);
+}  // namespace
+
+TEST_CASE("prompt keys hashed at submit give the batches and hits of hashing at admission", "[sched][lifecycle]") {
+  // Shared prefixes (hits), a small cache (recompute preemptions, readmitted with their decoded ids).
+  auto run = [](auto kv) {
+    iteration_scheduler<fcfs_queue, decltype(kv)> s(chunked_prefill(32, 6), fcfs_queue{}, std::move(kv));
+    std::vector<std::vector<token_id>> prompts;
+    for (std::uint64_t i = 0; i < 24; ++i) {
+      auto p = iota_ids(48, static_cast<token_id>(1 + (i % 3) * 1000));  // three shared prefixes
+      for (std::uint64_t k = 0; k < 5 + i; ++k) p.push_back(static_cast<token_id>(50000 + 100 * i + k));
+      prompts.push_back(std::move(p));
+    }
+    for (std::uint64_t i = 0; i < prompts.size(); ++i)
+      REQUIRE(s.submit(with_ids(i + 1, prompts[i], 0.01 * static_cast<double>(i)), 0.0));
+    std::vector<batch> batches;
+    for (int it = 0; it < 400 && !s.idle(); ++it) {
+      const batch& b = s.schedule(1.0);
+      batches.push_back(b);
+      std::vector<decoded_token> decoded;
+      std::vector<request_id> finished;
+      for (const batch_entry& e : b.entries) {
+        if (!e.emits_token) continue;
+        decoded.push_back({e.id, static_cast<token_id>(7 * e.id.value() + e.context_tokens)});
+        if (e.context_tokens >= 48 + 40) finished.push_back(e.id);
+      }
+      s.complete(finished, decoded);
+    }
+    CHECK(s.idle());
+    return std::pair(batches, s.stats());
+  };
+  const auto [with_keys, stats_keys] = run(weft_test::kv_of(24));
+  weft::kv::kv_config c = weft_test::kv_of(24).config();
+  const auto [without, stats_without] = run(kv_without_prompt_keys(c));
+  CHECK(stats_keys.cached_prompt_tokens > 0);
+  CHECK(stats_keys.preempted_recompute > 0);
+  CHECK(stats_keys.cached_prompt_tokens == stats_without.cached_prompt_tokens);
+  CHECK(stats_keys.readmission_cached_tokens == stats_without.readmission_cached_tokens);
+  REQUIRE(with_keys.size() == without.size());
+  for (std::size_t i = 0; i < with_keys.size(); ++i) {
+    const auto& a = with_keys[i].entries;
+    const auto& b = without[i].entries;
+    REQUIRE(a.size() == b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      CHECK(a[k].id == b[k].id);
+      CHECK(a[k].prefill_tokens == b[k].prefill_tokens);
+      CHECK(a[k].context_tokens == b[k].context_tokens);
+      CHECK(a[k].token == b[k].token);
+    }
+  }
+}

@@ -98,7 +98,8 @@ class iteration_scheduler {
   /// a prompt longer than max_batched_tokens). Throws weft::error, changing nothing, for an invalid
   /// request (see validate()), one without ids that is not counted_by_length, an id already in this
   /// scheduler (waiting, running or swapped out), or kv_ready_tokens on a request with token ids. The
-  /// scheduler copies the prompt ids and media. O(prompt + queue push).
+  /// scheduler copies the prompt ids and media, and has the KV manager hash the prompt's block keys
+  /// now (when it can: precomputes_prompt_keys), so admission does not. O(prompt + queue push).
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::iteration_scheduler::submit";
     validate(r, where);
@@ -108,7 +109,12 @@ class iteration_scheduler {
       ++stats_.rejected;
       return false;
     }
-    detail::enqueue_new(held_, queue_, r, now);
+    // The prompt's block keys are hashed here, once, off the per-iteration path: admission (and a
+    // prefix-aware Queue's probes) reuse them.
+    weft::kv::prompt_keys keys;
+    if constexpr (precomputes_prompt_keys<KV>)
+      if (!r.prompt.empty()) keys = kv_.compute_prompt_keys(r.prompt, kv_request_options(r));
+    detail::enqueue_new(held_, queue_, r, now, std::move(keys));
     return true;
   }
 
@@ -124,8 +130,10 @@ class iteration_scheduler {
     entry_slot_.clear();
     undo_.clear();
     may_report_ = 0;
+    first_step_reports_ = 0;
     deferred_finish_.clear();
     const scheduler_stats stats_before = stats_;
+    dead_at_start_ = dead_;
     kv_.begin_transaction();
     try {
       budget_ = std::numeric_limits<std::int64_t>::max();  // a phase with a token budget sets it
@@ -144,7 +152,7 @@ class iteration_scheduler {
     }
     kv_.commit_transaction();
     for (request_id id : batch_.aborted) held_.release(id);
-    compact();
+    maybe_compact();
     return batch_;
   }
 
@@ -186,8 +194,12 @@ class iteration_scheduler {
     try {
       // Only prefill steps, first steps and finishing requests can need the KV manager (see
       // needs_report); schedule() counted the first two, so a batch of decodes skips this pass.
+      // When no decode is a first step, a decode that does not end reports nothing (needs_report):
+      // only prefill entries and finishing ones are visited (their slots are all this pass reads).
+      const bool every_entry = !Phase::batches_decoded_ids || first_step_reports_ > 0;
       for (std::size_t k = 0; k < n && (may_report_ > 0 || !done_entries_.empty()); ++k) {
         const batch_entry& e = batch_.entries[k];
+        if (!every_entry && e.prefill_tokens == 0 && !is_done_[k]) continue;
         const slot& s = running_[entry_slot_[k]];
         if (!with_tokens(s)) continue;  // counted requests publish nothing
         const std::int64_t done = done_after(s, e);
@@ -237,9 +249,11 @@ class iteration_scheduler {
       queue_.on_finish(s.req, s.generated);
       held_.release(s.req.id);
       s.alive = false;
+      s.tokens = {};
       ++dead_;
     }
-    compact();
+    if (!done_entries_.empty()) ++running_version_;  // the head may have ended
+    maybe_compact();
     batch_.entries.clear();
     entry_slot_.clear();
   }
@@ -282,7 +296,7 @@ class iteration_scheduler {
     head_ = find_head();
     std::size_t pick = running_.size();
     for (std::size_t i = 0; i < running_.size(); ++i) {
-      if (i == head_ || !in_decode(running_[i])) continue;
+      if (i == head_ || !running_[i].alive || !in_decode(running_[i])) continue;
       if (pick == running_.size() || std::tie(running_[i].req.arrival_s, running_[i].req.id) >
                                          std::tie(running_[pick].req.arrival_s, running_[pick].req.id))
         pick = i;
@@ -325,7 +339,8 @@ class iteration_scheduler {
             "a batch is in flight; call complete() first and cancel between iterations");
     if (!held_.contains(id) || held_.cancelled(id)) return false;
     const auto is = [&](const slot& s) { return s.req.id == id; };
-    if (const auto it = std::find_if(running_.begin(), running_.end(), is); it != running_.end()) {
+    const auto is_live = [&](const slot& s) { return s.alive && s.req.id == id; };
+    if (const auto it = std::find_if(running_.begin(), running_.end(), is_live); it != running_.end()) {
       slot before = *it;  // sync() changes the slot: restored if the KV manager fails
       kv_.begin_transaction();
       try {
@@ -371,8 +386,8 @@ class iteration_scheduler {
     return queue_.size() - held_.cancelled_in_queue() + front_.size() + requeued_.size() + swapped_.size() +
            forked_.size();
   }
-  std::size_t running() const noexcept { return running_.size(); }
-  bool idle() const noexcept { return running_.empty() && waiting() == 0; }
+  std::size_t running() const noexcept { return live_running(); }
+  bool idle() const noexcept { return live_running() == 0 && waiting() == 0; }
   const scheduler_stats& stats() const noexcept { return stats_; }
   /// The batch of the last schedule() until complete() (its entries are cleared there).
   const batch& last_batch() const noexcept { return batch_; }
@@ -389,6 +404,9 @@ class iteration_scheduler {
   /// Prompt tokens of r the KV manager would find cached now (0 for a request without token ids).
   std::int64_t cached_prefix_tokens(const request& r) const {
     if (r.prompt.empty()) return 0;
+    if constexpr (precomputes_prompt_keys<KV>)
+      if (const weft::kv::prompt_keys* k = held_.keys_for(r))
+        return static_cast<std::int64_t>(kv_.cached_prefix_tokens(r.prompt, kv_request_options(r), *k));
     return static_cast<std::int64_t>(kv_.cached_prefix_tokens(r.prompt, kv_request_options(r)));
   }
 
@@ -469,17 +487,45 @@ class iteration_scheduler {
 
   // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
   // first so its growth can never be blocked by others' growth in the same iteration.
+  // The common case — a decode inside the request's private room, no KV call — is staged in a small
+  // local buffer and appended in bulk (one vector insert per 64 entries instead of two calls per entry;
+  // inside the phase's plan the compiler will not inline the pushes). Anything else flushes the buffer
+  // first, so the batch keeps the loop's order and a preemption finds every entry in place.
   void decode_head_first() {
     detail::reserve_more(batch_.entries, running_.size());
     detail::reserve_more(entry_slot_, running_.size());
     if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true, false);
+    constexpr std::size_t chunk = 64;
+    std::array<batch_entry, chunk> staged;
+    std::array<std::size_t, chunk> staged_slot{};
+    std::size_t m = 0;
+    const auto flush = [&] {
+      batch_.entries.insert(batch_.entries.end(), staged.begin(), staged.begin() + static_cast<std::ptrdiff_t>(m));
+      entry_slot_.insert(entry_slot_.end(), staged_slot.begin(), staged_slot.begin() + static_cast<std::ptrdiff_t>(m));
+      batch_.decode_tokens += static_cast<std::int64_t>(m);
+      budget_ -= static_cast<std::int64_t>(m);
+      m = 0;
+    };
     for (std::size_t i = 0; i < running_.size(); ++i) {
-      if (i == head_ || !running_[i].alive || !in_decode(running_[i])) continue;
-      if (in_room(running_[i], running_[i].done + 1))
-        add_entry(i, 0, 1);  // the common case: a decode inside the request's private room
-      else
+      const slot& s = running_[i];
+      if (i == head_ || !s.alive || !in_decode(s)) continue;
+      if (in_room(s, s.done + 1)) {
+        // add_entry(i, 0, 1), staged: one decode token over every layer, which emits.
+        if (s.reported < 0) {
+          ++may_report_;
+          ++first_step_reports_;
+        } else if (!Phase::batches_decoded_ids) {
+          ++may_report_;
+        }
+        staged[m] = {s.id, s.client, 0, 1, s.done + 1, true, s.with_ids ? s.pending : -1, layer_range{}};
+        staged_slot[m] = i;
+        if (++m == chunk) flush();
+      } else {
+        flush();
         decode_or_continue(i, true, false);
+      }
     }
+    flush();
   }
 
   // (3) Partial prefills continue: the head's first (it may preempt), then in admission order.
@@ -558,12 +604,13 @@ class iteration_scheduler {
       const std::span<const token_id> ids = !s.tokens.empty() ? std::span<const token_id>(s.tokens) : s.req.prompt;
       const weft::kv::request_options options = kv_request_options(s.req);
       std::int64_t cached = 0;
-      if (!ids.empty() && s.done < s.target) cached = static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
+      if (!ids.empty() && s.done < s.target)
+        cached = static_cast<std::int64_t>(kv_cached_prefix(s.req.id, ids, options));
       const std::int64_t start = s.done < s.target ? std::max(s.done, std::min(cached, s.target - 1)) : s.done;
       if (!gate(admission_candidate{s.target, start, cached})) return;
       const auto slots = static_cast<std::size_t>(s.target);  // the whole prompt's KV now
       auto alloc = ids.empty() ? kv_.allocate_prompt(s.req.id, slots, options, slots)
-                               : kv_.allocate_prompt(s.req.id, ids, options, slots);
+                               : kv_allocate(s.req.id, ids, options, slots);
       if (!alloc) return;
       const auto hit = static_cast<std::int64_t>(alloc->cached_tokens);
       if (s.done < s.target) s.done = std::max(s.done, std::min(hit, s.target - 1));
@@ -647,7 +694,7 @@ class iteration_scheduler {
     if (head_version_ == running_version_ && head_cache_ <= running_.size()) return head_cache_;
     std::size_t h = running_.size();
     for (std::size_t i = 0; i < running_.size(); ++i)
-      if (h == running_.size() || rank(running_[i]) < rank(running_[h])) h = i;
+      if (running_[i].alive && (h == running_.size() || rank(running_[i]) < rank(running_[h]))) h = i;
     head_cache_ = h;
     head_version_ = running_version_;
     return h;
@@ -930,7 +977,8 @@ class iteration_scheduler {
       const weft::kv::request_options options = kv_request_options(s.req);
       // Orca: the first prefill of an iteration may be any length; later ones stay within token_budget.
       if (!chunked && batch_.prefill_tokens > 0 && s.done < s.target) {
-        const std::int64_t cached = ids.empty() ? 0 : static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
+        const std::int64_t cached =
+            ids.empty() ? 0 : static_cast<std::int64_t>(kv_cached_prefix(s.req.id, ids, options));
         const std::int64_t prefill = s.target - std::max(s.done, std::min(cached, s.target - 1));
         if (batch_.prefill_tokens + prefill > orca_budget) return;
       }
@@ -967,8 +1015,23 @@ class iteration_scheduler {
   std::optional<weft::kv::prompt_allocation> allocate(const slot& s, std::span<const token_id> ids,
                                                       const weft::kv::request_options& options) {
     const auto slots = static_cast<std::size_t>(s.done);  // kv-ready tokens hold KV already
-    if (!ids.empty()) return kv_.allocate_prompt(s.req.id, ids, options, slots);
+    if (!ids.empty()) return kv_allocate(s.req.id, ids, options, slots);
     return kv_.allocate_prompt(s.req.id, static_cast<std::size_t>(s.target), options, slots);
+  }
+
+  // The KV manager's prefix lookup and allocation for request id's ids (its prompt, or after a
+  // recompute its prompt and decoded tokens), from the prompt keys submit() had it compute.
+  std::size_t kv_cached_prefix(request_id id, std::span<const token_id> ids,
+                               const weft::kv::request_options& options) const {
+    if constexpr (precomputes_prompt_keys<KV>)
+      if (const weft::kv::prompt_keys* k = held_.keys_of(id)) return kv_.cached_prefix_tokens(ids, options, *k);
+    return kv_.cached_prefix_tokens(ids, options);
+  }
+  std::optional<weft::kv::prompt_allocation> kv_allocate(request_id id, std::span<const token_id> ids,
+                                                         const weft::kv::request_options& options, std::size_t slots) {
+    if constexpr (precomputes_prompt_keys<KV>)
+      if (const weft::kv::prompt_keys* k = held_.keys_of(id)) return kv_.allocate_prompt(id, ids, options, slots, *k);
+    return kv_.allocate_prompt(id, ids, options, slots);
   }
 
   // FastSwitch: swaps out (or recomputes) one running request of lower priority than s. False when
@@ -987,6 +1050,7 @@ class iteration_scheduler {
                                                layer_range layers = {}) {
     const slot& s = running_[i];
     if (!Phase::batches_decoded_ids || prefill > 0 || s.reported < 0) ++may_report_;
+    if (prefill == 0 && s.reported < 0) ++first_step_reports_;
     const bool emits = (decode > 0 || s.done + prefill >= s.target) && layers.reaches_output();
     batch_.entries.push_back({s.id, s.client, prefill, decode, s.done + prefill + decode, emits,
                               decode > 0 && s.with_ids ? s.pending : -1, layers.all() ? layer_range{} : layers});
@@ -1056,10 +1120,16 @@ class iteration_scheduler {
           break;
       }
     });
-    dead_ = 0;
+    dead_ = dead_at_start_;
     entry_slot_.clear();
   }
 
+  // Slots of ended requests stay in running_ (alive == false, skipped by every step) until they are
+  // an eighth of it: compacting shifts every later slot, so doing it each time a request ends would
+  // move the whole running set each iteration (slots are ~340 bytes). Order and batches are the same.
+  void maybe_compact() {
+    if (dead_ * 8 > running_.size()) compact();
+  }
   // Removes dead slots, keeping admission order, and renumbers the batch's slot indices.
   void compact() {
     if (dead_ == 0) return;  // the common iteration: nobody left
@@ -1081,7 +1151,8 @@ class iteration_scheduler {
   bool fork_impl(request_id parent, request_id child, const token_id* first_token) {
     constexpr const char* where = "weft::sched::iteration_scheduler::fork";
     expects(batch_.entries.empty(), errc::precondition, where, "a batch is in flight; call complete() first");
-    const auto it = std::find_if(running_.begin(), running_.end(), [&](const slot& s) { return s.req.id == parent; });
+    const auto it =
+        std::find_if(running_.begin(), running_.end(), [&](const slot& s) { return s.alive && s.req.id == parent; });
     expects(it != running_.end(), errc::not_found, where, "request ", parent,
             " is not running (waiting, swapped out, finished or unknown)");
     expects(child.valid(), errc::invalid_argument, where, "child id is invalid()");
@@ -1202,11 +1273,16 @@ class iteration_scheduler {
   std::uint64_t running_version_ = 0, head_version_ = ~std::uint64_t{0};
   std::size_t head_cache_ = 0;
   std::size_t may_report_ = 0;  // entries of the batch that may report computed KV at complete()
+  // Decode entries that are a request's first step (reported < 0: they report at complete()); drop_entry
+  // leaves the count as it was (over-counting only makes complete() visit every entry).
+  std::size_t first_step_reports_ = 0;
   std::vector<token_id> ids_scratch_;
   std::vector<std::pair<request, std::int64_t>> deferred_finish_;
   std::int64_t budget_ = 0;
   std::size_t head_ = 0;
+  // Slots in running_ whose request ended or left (alive == false; see maybe_compact).
   std::size_t dead_ = 0;
+  std::size_t dead_at_start_ = 0;  // dead_ when schedule() began: what roll_back() restores
 };
 
 }  // namespace weft::sched

@@ -6,6 +6,7 @@
 
 #include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
+#include <weft/kv/types.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/scheduler_options.hpp>  // scheduler_stats
 
@@ -31,12 +32,15 @@ class request_store {
 
   /// r, viewing this store's copies of its prompt ids and media; its id is recorded. Strong
   /// guarantee (bad_alloc changes nothing). O(prompt + media).
-  request adopt(const request& r) {
+  /// `keys`: the KV manager's keys of the prompt's full blocks (weft::kv::prompt_keys), kept with the
+  /// copy so admission does not hash the prompt (empty when the KV manager does not compute them).
+  request adopt(const request& r, weft::kv::prompt_keys keys = {}) {
     entry e;
     if (!r.prompt.empty() || !r.media.empty()) {
       auto copy = std::make_shared<stored>();
       copy->prompt.assign(r.prompt.begin(), r.prompt.end());
       copy->media.assign(r.media.begin(), r.media.end());
+      copy->keys = std::move(keys);
       e.copy = std::move(copy);
     }
     request out = r;
@@ -51,6 +55,18 @@ class request_store {
     e.copy = held_.at(parent).copy;
     view(child, e);
     held_.emplace(child.id, std::move(e));
+  }
+  /// The prompt keys stored with id's copy, or null (unknown id, none stored). O(1) expected.
+  const weft::kv::prompt_keys* keys_of(request_id id) const noexcept {
+    const auto it = held_.find(id);
+    if (it == held_.end() || !it->second.copy || it->second.copy->keys.tokens == 0) return nullptr;
+    return &it->second.copy->keys;
+  }
+  /// keys_of(r.id) when r views this store's copy of its prompt (a request the scheduler handed out),
+  /// else null. O(1) expected.
+  const weft::kv::prompt_keys* keys_for(const request& r) const noexcept {
+    const weft::kv::prompt_keys* k = keys_of(r.id);
+    return k != nullptr && held_.find(r.id)->second.copy->prompt.data() == r.prompt.data() ? k : nullptr;
   }
   /// Forgets id; its copies go when no fork shares them. Unknown ids are ignored. O(1) expected.
   void release(request_id id) noexcept { held_.erase(id); }
@@ -83,6 +99,7 @@ class request_store {
   struct stored {
     std::vector<token_id> prompt;
     std::vector<weft::kv::multimodal_item> media;
+    weft::kv::prompt_keys keys;  // tokens == 0: none
   };
   struct entry {
     std::shared_ptr<const stored> copy;  // null for a request with neither ids nor media
@@ -134,8 +151,8 @@ bool fits_device_cache(const request& r, const KV& kv, const char* where) {
 /// Stores r (the scheduler's copy of its ids and media) and pushes the stored request into the queue;
 /// if the push throws, r is forgotten again (the scheduler is unchanged). O(prompt + queue push).
 template <class Queue>
-void enqueue_new(request_store& held, Queue& queue, const request& r, double now) {
-  const request stored = held.adopt(r);
+void enqueue_new(request_store& held, Queue& queue, const request& r, double now, weft::kv::prompt_keys keys = {}) {
+  const request stored = held.adopt(r, std::move(keys));
   try {
     queue.push(stored, now);
   } catch (...) {
