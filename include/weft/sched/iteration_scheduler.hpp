@@ -100,21 +100,47 @@ class iteration_scheduler {
   /// scheduler (waiting, running or swapped out), or kv_ready_tokens on a request with token ids. The
   /// scheduler copies the prompt ids and media, and has the KV manager hash the prompt's block keys
   /// now (when it can: precomputes_prompt_keys), so admission does not. O(prompt + queue push).
+  ///
+  /// Parallel samples (r.n > 1): the ids in r.sample_ids are held for the samples from now on, and
+  /// must be new to this scheduler too. At r's first token the n - 1 samples start (see complete()),
+  /// sharing r's prompt blocks; they are never dropped (a full batch makes them wait, a KV quota that
+  /// refuses the sharing sends them to prefill again). Throws weft::error (capacity), changing
+  /// nothing, when the prompt fits but the n samples' first tokens cannot (the prompt's blocks plus
+  /// one block per sample exceed the device cache).
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::iteration_scheduler::submit";
     validate(r, where);
     detail::check_new_request(held_, r, where, "waiting, running or swapped out");
+    for (const request_id c : r.sample_ids)
+      expects(!held_.contains(c), errc::already_exists, where, "request ", r.id, ": sample id ", c,
+              " is already in this scheduler; request ids must be unique");
     const bool fits = detail::fits_device_cache(r, kv_, where);  // first: it may throw
     if (!fits || !phase_.accepts(r)) {
       ++stats_.rejected;
       return false;
+    }
+    if (r.n > 1) {
+      // Each sample writes its first token into a block of its own (the shared partial one is copied).
+      const std::uint64_t need =
+          detail::blocks_to_first_token(r, kv_.block_size(), where) + static_cast<std::uint64_t>(r.n - 1);
+      expects(need <= kv_.usable_blocks(), errc::capacity, where, "request ", r.id, ": n = ", r.n,
+              " parallel samples need ", need, " blocks for their first tokens (the prompt's and one per sample) but ",
+              "the device cache has ", kv_.usable_blocks(), "; lower n");
     }
     // The prompt's block keys are hashed here, once, off the per-iteration path: admission (and a
     // prefix-aware Queue's probes) reuse them.
     weft::kv::prompt_keys keys;
     if constexpr (precomputes_prompt_keys<KV>)
       if (!r.prompt.empty()) keys = kv_.compute_prompt_keys(r.prompt, kv_request_options(r));
-    detail::enqueue_new(held_, queue_, r, now, std::move(keys));
+    const request stored = held_.adopt(r, std::move(keys));
+    try {
+      held_.reserve_samples(r.id, where);
+      queue_.push(stored, now);
+    } catch (...) {
+      held_.release_samples(r.id);
+      held_.release(r.id);
+      throw;
+    }
     return true;
   }
 
@@ -131,6 +157,7 @@ class iteration_scheduler {
     undo_.clear();
     may_report_ = 0;
     first_step_reports_ = 0;
+    spawning_ = 0;
     deferred_finish_.clear();
     const scheduler_stats stats_before = stats_;
     dead_at_start_ = dead_;
@@ -151,7 +178,10 @@ class iteration_scheduler {
       throw;
     }
     kv_.commit_transaction();
-    for (request_id id : batch_.aborted) held_.release(id);
+    for (request_id id : batch_.aborted) {
+      held_.release_samples(id);  // a parent that never produced its first token: its samples never start
+      held_.release(id);
+    }
     maybe_compact();
     return batch_;
   }
@@ -177,14 +207,24 @@ class iteration_scheduler {
               finished.empty() ? "" : "the first finished request is ", finished.empty() ? request_id{} : finished[0]);
       return;
     }
-    // Every finished id is checked before anything changes.
+    // Every finished id is checked before anything changes. Parallel samples that start now take their
+    // first tokens out of `decoded` first.
+    std::span<const decoded_token> tokens = decoded;
+    std::span<const request_id> ended = finished;
+    spawns_.clear();
+    if (spawning_ > 0) take_sample_tokens(tokens, ended, where);
     const std::size_t found =
-        detail::check_completion(batch_, finished, decoded, is_done_, token_at_, sorted_, where,
+        detail::check_completion(batch_, ended, tokens, is_done_, token_at_, sorted_, where,
                                  " (a partial prefill, or a layer group short of the last layer)",
                                  [&](std::size_t k) { return !running_[entry_slot_[k]].req.prompt.empty(); });
     done_entries_.clear();
     for (std::size_t k = 0; k < n && done_entries_.size() < found; ++k)
       if (is_done_[k]) done_entries_.push_back(k);
+    if (!spawns_.empty()) {  // room for the samples first: nothing may throw once the KV part is done
+      detail::reserve_more(running_, spawns_.size());
+      detail::reserve_more(forked_, spawns_.size());
+      detail::reserve_more(requeued_, spawns_.size());
+    }
     // The KV manager first, in one transaction: computed KV (what publishes blocks) and frees.
     bool open = false;
     auto begin = [&] {
@@ -216,6 +256,17 @@ class iteration_scheduler {
           kv_.computed(s.req.id, static_cast<std::size_t>(done));
         }
       }
+      // Samples share their parent's prompt blocks (before a parent that ends here frees them).
+      for (sample_start& p : spawns_) {
+        if (p.finished) continue;  // it ends at its first token: nothing to share
+        const slot& s = running_[entry_slot_[p.entry]];
+        begin();
+        p.shared = kv_.fork(s.req.id, p.child);
+        if (!p.shared && with_tokens(s)) {  // a quota refused: it prefills its prompt and token again
+          p.ids.assign(s.req.prompt.begin(), s.req.prompt.end());
+          p.ids.push_back(p.token);
+        }
+      }
       for (std::size_t k : done_entries_) {
         begin();
         kv_.free(running_[entry_slot_[k]].req.id);
@@ -240,10 +291,11 @@ class iteration_scheduler {
       if (e.emits_token) {
         ++s.generated;
         queue_.on_tokens(s.req, 1);
-        if (token_at_[k] != detail::no_token) s.pending = decoded[token_at_[k]].token;
+        if (token_at_[k] != detail::no_token) s.pending = tokens[token_at_[k]].token;
         s.pending_in_kv = false;
       }
     }
+    for (sample_start& p : spawns_) start_sample(p);
     for (std::size_t k : done_entries_) {
       slot& s = running_[entry_slot_[k]];
       queue_.on_finish(s.req, s.generated);
@@ -373,10 +425,12 @@ class iteration_scheduler {
       queue_.on_finish(*f, 0);  // charged when a failed schedule() took it
       front_.erase(f);
     } else {
-      held_.mark_cancelled(id);  // inside the Queue, which cannot remove it: dropped when it comes out
+      held_.mark_cancelled(id);   // inside the Queue, which cannot remove it: dropped when it comes out
+      held_.release_samples(id);  // its samples' ids are free at once
       ++stats_.cancelled;
       return true;
     }
+    held_.release_samples(id);  // before its first token: its samples never start
     held_.release(id);
     ++stats_.cancelled;
     return true;
@@ -418,6 +472,17 @@ class iteration_scheduler {
   using undo_kind = detail::slot_undo;
   using undo_entry = detail::slot_undo_entry;
   static constexpr std::uint32_t fresh_capacity = detail::fresh_capacity;
+  // complete(): the samples (request::n) that start at this batch's first tokens, and the decoded
+  // tokens without theirs.
+  struct sample_start {
+    std::size_t entry;  // the parent's entry in the batch
+    request_id child;
+    token_id token;
+    bool has_token;
+    bool finished;              // listed in complete()'s finished: it ends at its first token
+    bool shared;                // the KV manager forked the parent's blocks for it
+    std::vector<token_id> ids;  // when it did not: the prompt and first token to prefill again
+  };
   static void bind(slot& s) noexcept { detail::bind(s); }
 
   static bool in_decode(const slot& s) noexcept { return s.done >= s.target; }
@@ -1052,6 +1117,7 @@ class iteration_scheduler {
     if (!Phase::batches_decoded_ids || prefill > 0 || s.reported < 0) ++may_report_;
     if (prefill == 0 && s.reported < 0) ++first_step_reports_;
     const bool emits = (decode > 0 || s.done + prefill >= s.target) && layers.reaches_output();
+    if (emits && s.generated == 0 && s.req.n > 1) ++spawning_;
     batch_.entries.push_back({s.id, s.client, prefill, decode, s.done + prefill + decode, emits,
                               decode > 0 && s.with_ids ? s.pending : -1, layers.all() ? layer_range{} : layers});
     entry_slot_.push_back(i);
@@ -1148,6 +1214,104 @@ class iteration_scheduler {
     dead_ = 0;
   }
 
+  // ----- Parallel samples (request::n) ---------------------------------------------------------
+
+  // Finds this batch's entries that emit a parent's first token (its samples start now) into spawns_,
+  // and takes the samples' first tokens out of `decoded` and the samples that end at once (a length
+  // cap of one token) out of `finished`, checking them: one token per sample, and one for every
+  // sample of a parent that carries token ids. O(E + (D + F) * S) (S samples starting).
+  void take_sample_tokens(std::span<const decoded_token>& decoded, std::span<const request_id>& finished,
+                          const char* where) {
+    for (std::size_t k = 0; k < batch_.entries.size(); ++k) {
+      const slot& s = running_[entry_slot_[k]];
+      if (!batch_.entries[k].emits_token || s.generated != 0) continue;
+      for (const request_id c : held_.reserved_samples(s.req.id)) spawns_.push_back({k, c, 0, false, false, false, {}});
+    }
+    if (spawns_.empty()) return;
+    const auto sample = [&](request_id id) {
+      return std::find_if(spawns_.begin(), spawns_.end(), [&](const sample_start& p) { return p.child == id; });
+    };
+    main_finished_.clear();
+    for (const request_id id : finished) {
+      const auto it = sample(id);
+      if (it == spawns_.end()) {
+        main_finished_.push_back(id);
+        continue;
+      }
+      expects(!it->finished, errc::invalid_argument, where, "request ", id, " is listed as finished twice");
+      it->finished = true;
+    }
+    finished = main_finished_;
+    main_decoded_.clear();
+    for (const decoded_token& t : decoded) {
+      const auto it = sample(t.id);
+      if (it == spawns_.end()) {
+        main_decoded_.push_back(t);
+        continue;
+      }
+      expects(!it->has_token, errc::invalid_argument, where, "sample ", t.id,
+              " is given two first tokens; give one per sample");
+      it->token = t.token;
+      it->has_token = true;
+    }
+    for (const sample_start& p : spawns_) {
+      const slot& s = running_[entry_slot_[p.entry]];
+      expects(p.has_token || !with_tokens(s), errc::invalid_argument, where, "request ", s.req.id,
+              " emitted its first token and has n = ", s.req.n, " samples: complete() needs the first token of sample ",
+              p.child, " too ({", p.child, ", token} in decoded)");
+    }
+    decoded = main_decoded_;
+  }
+
+  // Starts sample p of its parent (whose state complete() has just advanced past its first token):
+  // sharing the parent's blocks (the KV fork succeeded), into the batch or, when it is full, to wait
+  // for room as fork() does; or, when the KV manager refused the sharing (a quota), as a request to
+  // prefill its prompt and first token again. Allocates nothing (room was reserved).
+  void start_sample(sample_start& p) {
+    slot& parent = running_[entry_slot_[p.entry]];
+    held_.samples_started(parent.req.id);
+    slot c = parent;  // no allocation: a running slot's tokens are empty
+    c.req.id = p.child;
+    c.req.kv_ready_tokens = c.req.prompt_tokens;  // its prompt is shared: the queue charges output only
+    c.req.n = 1;
+    c.req.sample_ids = {};
+    bind(c);
+    c.alive = true;
+    c.preemptions = 0;
+    c.fresh_count = 0;
+    c.room = 0;
+    c.group = 0;
+    if (p.has_token) c.pending = p.token;
+    c.pending_in_kv = false;
+    queue_.on_admit(c.req);
+    ++stats_.forked;
+    if (p.finished) {  // its first token was its last
+      queue_.on_finish(c.req, c.generated);
+      held_.release(c.req.id);
+      return;
+    }
+    if (p.shared) {
+      parent.room = 0;  // both share the partial last block: the next token goes through the KV manager
+      if (live_running() < phase_.max_running()) {
+        running_.push_back(std::move(c));
+        ++running_version_;
+      } else {
+        forked_.push_back(std::move(c));
+      }
+      return;
+    }
+    c.tokens = std::move(p.ids);
+    c.pending_in_kv = true;  // its first token is among the ids to prefill
+    c.target = c.req.prompt_tokens + c.generated;
+    c.done = 0;
+    c.synced = 0;
+    c.reported = -1;
+    c.groups = 1;
+    const auto pos = std::upper_bound(requeued_.begin(), requeued_.end(), c,
+                                      [](const slot& a, const slot& b) { return rank(a) > rank(b); });
+    requeued_.insert(pos, std::move(c));
+  }
+
   bool fork_impl(request_id parent, request_id child, const token_id* first_token) {
     constexpr const char* where = "weft::sched::iteration_scheduler::fork";
     expects(batch_.entries.empty(), errc::precondition, where, "a batch is in flight; call complete() first");
@@ -1177,6 +1341,8 @@ class iteration_scheduler {
     slot parent_before = running_[p];
     detail::reserve_more(park ? forked_ : running_, 1);
     held_.share(parent, c.req);  // the child views the parent's prompt copy
+    c.req.n = 1;                 // a sample of its own, with no samples
+    c.req.sample_ids = {};
     kv_.begin_transaction();
     bool ok = false;
     try {
@@ -1265,6 +1431,9 @@ class iteration_scheduler {
   std::vector<char> is_done_;
   std::vector<std::size_t> token_at_;  // complete(): entry k's index in decoded (detail::no_token: none)
   std::vector<std::pair<request_id, std::size_t>> sorted_;
+  std::vector<sample_start> spawns_;
+  std::vector<decoded_token> main_decoded_;
+  std::vector<request_id> main_finished_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
   std::vector<std::size_t> order_;  // arrival-order steps: live running indices by (arrival, id)
@@ -1276,6 +1445,7 @@ class iteration_scheduler {
   // Decode entries that are a request's first step (reported < 0: they report at complete()); drop_entry
   // leaves the count as it was (over-counting only makes complete() visit every entry).
   std::size_t first_step_reports_ = 0;
+  std::size_t spawning_ = 0;  // entries that emit the first token of a request with n > 1 (over-counted at most)
   std::vector<token_id> ids_scratch_;
   std::vector<std::pair<request, std::int64_t>> deferred_finish_;
   std::int64_t budget_ = 0;
