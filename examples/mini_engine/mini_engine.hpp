@@ -358,7 +358,6 @@ struct serve_result {
   std::map<request_id, request_spec> specs;             // what each request (turn, fork) asked for
   std::map<tenant_id, tenant_stats> tenants;
   std::uint64_t iterations = 0, computed_tokens = 0, forks = 0, copies_on_write = 0, swap_ins = 0, cancelled = 0;
-  std::uint64_t forks_refused = 0;  // parallel samples the scheduler refused (only a KV quota can)
   double forward_seconds = 0.0;
 };
 
@@ -509,8 +508,9 @@ class engine {
 };
 
 // Serves a workload to the end: submits arrivals, runs every iteration through the engine, feeds the
-// sampled tokens back, forks parallel samples after a request's first token and submits follow-up
-// turns when a turn ends. Counts per tenant what happened.
+// sampled tokens back (with the first tokens of a request's parallel samples, which the scheduler
+// starts then: request::n) and submits follow-up turns when a turn ends. Counts per tenant what
+// happened.
 template <class Sched>
 serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload_request> work, faults f = {},
                    std::uint64_t max_iterations = 1'000'000) {
@@ -526,6 +526,7 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
     std::vector<token_id> out;
     bool fork_pending = false;
     bool done = false;
+    std::vector<request_id> sample_ids;  // w.samples > 1: the other samples' ids (request::n)
   };
   std::map<request_id, live> active;
   std::vector<workload_request> later;  // follow-up turns, submitted when due
@@ -537,9 +538,12 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
   int top_k = 1;
   for (const auto& w : work) top_k = std::max(top_k, w.samples);
   auto submit = [&](const workload_request& w, std::uint64_t it) {
-    live l{w, w.spec.prompt, {}, w.samples > 1, false};
-    active.emplace(w.id, std::move(l));
+    live l{w, w.spec.prompt, {}, w.samples > 1, false, {}};
+    // Parallel samples are request-level n: the scheduler starts them at the first token.
+    for (int k = 1; k < w.samples; ++k) l.sample_ids.push_back(request_id(next_id++));
     weft::sched::request r;
+    r.n = w.samples;
+    r.sample_ids = l.sample_ids;
     r.id = w.id;
     r.client = w.tenant;
     r.prompt = w.spec.prompt;
@@ -553,6 +557,7 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
     ++res.tenants[w.tenant].requests;
     if (!s.submit(r, static_cast<double>(it)))
       throw std::runtime_error("mini_engine: a request can never fit the cache");
+    active.emplace(w.id, std::move(l));  // (after submit: the scheduler copied the sample ids)
   };
   std::vector<weft::sched::decoded_token> decoded;
   for (std::uint64_t it = 0; it < max_iterations; ++it) {
@@ -591,7 +596,7 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
     res.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     finished.clear();
     decoded.clear();
-    std::vector<std::pair<request_id, std::vector<token_id>>> forks;
+    std::vector<live> started;  // parallel samples that start at this step's first tokens
     for (std::size_t e = 0; e < b.entries.size(); ++e) {
       const auto& en = b.entries[e];
       if (!en.emits_token) continue;
@@ -599,40 +604,35 @@ serve_result serve(const model& m, Sched& s, kv_tensor& kv, std::vector<workload
       l.out.push_back(sampled[e]);
       decoded.push_back({en.id, sampled[e]});
       ++res.tenants[l.w.tenant].tokens;
-      if (static_cast<int>(l.out.size()) == l.w.spec.max_new)
-        finished.push_back(en.id);
-      else if (l.fork_pending)
-        forks.emplace_back(en.id, top[e]);
+      if (l.fork_pending) {
+        // The prompt's first token: sample k (k = 1..n-1) starts from the k-th best one, under its own
+        // id (request::sample_ids); the scheduler forks it from the parent's prompt blocks.
+        l.fork_pending = false;
+        for (std::size_t k = 1; k < static_cast<std::size_t>(l.w.samples); ++k) {
+          const token_id first = top[e].at(k);
+          live c = l;
+          c.w.id = l.sample_ids[k - 1];
+          c.w.samples = 1;
+          c.w.turns = 1;
+          c.w.cancel_at = -1.0;  // a cancelled parent's samples go on
+          c.out = {first};
+          c.sample_ids.clear();
+          c.w.spec.first_rank = static_cast<int>(k);
+          decoded.push_back({c.w.id, first});
+          if (c.w.spec.max_new == 1) finished.push_back(c.w.id);  // its first token is its last
+          started.push_back(std::move(c));
+        }
+      }
+      if (static_cast<int>(l.out.size()) == l.w.spec.max_new) finished.push_back(en.id);
     }
     s.complete(finished, decoded);
-    // Parallel samples: after the prompt's first token, each sample continues from the next-best one.
-    for (auto& [parent, best] : forks) {
-      live& p = active.at(parent);
-      p.fork_pending = false;
-      for (int k = 1; k < p.w.samples && static_cast<std::size_t>(k) < best.size(); ++k) {
-        const request_id child(next_id++);
-        if constexpr (requires(Sched & x, request_id a, token_id t) { x.fork(a, a, t); }) {
-          // A full batch does not drop the sample (it waits for room); only a KV quota refuses one.
-          if (!s.fork(parent, child, best[static_cast<std::size_t>(k)])) {
-            ++res.forks_refused;
-            continue;
-          }
-        } else {
-          continue;  // a scheduler without fork(): no parallel samples
-        }
-        live c = p;
-        c.w.id = child;
-        c.w.samples = 1;
-        c.w.turns = 1;
-        c.w.cancel_at = -1.0;  // a cancelled parent's samples go on
-        c.out = {best[static_cast<std::size_t>(k)]};
-        c.w.spec.first_rank = k;
-        res.specs[child] = c.w.spec;
-        ++res.forks;
-        ++res.tenants[c.w.tenant].requests;
-        ++res.tenants[c.w.tenant].tokens;
-        active.emplace(child, std::move(c));
-      }
+    for (live& c : started) {
+      res.specs[c.w.id] = c.w.spec;
+      ++res.forks;
+      ++res.tenants[c.w.tenant].requests;
+      ++res.tenants[c.w.tenant].tokens;
+      const request_id id = c.w.id;
+      active.emplace(id, std::move(c));  // (before the finished loop below, which reads it)
     }
     for (request_id id : finished) {
       live& l = active.at(id);

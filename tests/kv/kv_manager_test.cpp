@@ -614,3 +614,70 @@ TEST_CASE("a rolled-back transaction restores the verify-on-hit contents of bloc
   CHECK(hit->cached_tokens == 32);
   CHECK(kv.cache().collisions() == 0);
 }
+
+TEST_CASE("prompt keys computed ahead serve allocation and probes exactly as hashing there does",
+          "[kv][prefix][prompt_keys]") {
+  for (const bool verify : {false, true}) {
+    kv_config c = cfg(64);
+    c.verify_on_hit = verify;
+    kv_manager<> kv(c);
+    const auto shared = iota_tokens(48);  // three full blocks
+    auto prompt = shared;
+    prompt.push_back(1000);
+    prompt.push_back(1001);
+    REQUIRE(admit(kv, request_id(1), shared));
+    const request_options o{7, 0, {}, tenant_id::invalid()};
+    REQUIRE(admit(kv, request_id(9), shared, o));  // salted: its own namespace
+    const prompt_keys keys = kv.compute_prompt_keys(prompt);
+    CHECK(keys.tokens == prompt.size());
+    CHECK(keys.keys.size() == 3);
+    CHECK(keys.prints.size() == (verify ? 3u : 0u));
+    CHECK(kv.cached_prefix_tokens(prompt, {}, keys) == kv.cached_prefix_tokens(prompt));
+    CHECK(kv.cached_prefix_tokens(prompt, {}, keys) == 48);
+    const auto a = kv.allocate_prompt(request_id(2), prompt, {}, kv_manager<>::whole_prompt, keys);
+    REQUIRE(a);
+    CHECK(a->cached_tokens == 48);
+    CHECK(a->hit_blocks == 3);
+    // A longer sequence that starts with the prompt (a readmission with its decoded tokens): the keys
+    // cover the prompt, the rest is hashed there, and the hits equal those of a fresh hash.
+    auto longer = prompt;
+    for (token_id t = 2000; t < 2030; ++t) longer.push_back(t);
+    REQUIRE(admit(kv, request_id(3), longer));
+    const auto b = kv.allocate_prompt(request_id(4), longer, {}, kv_manager<>::whole_prompt, keys);
+    REQUIRE(b);
+    CHECK(b->cached_tokens == kv.cached_prefix_tokens(longer));
+    CHECK(b->cached_tokens == 64);
+  }
+}
+
+TEST_CASE("prompt keys from another manager, prompt or options are errors that change nothing",
+          "[kv][prefix][prompt_keys][errors]") {
+  kv_manager<> kv(cfg(64));
+  kv_manager<> other(cfg(64));
+  const auto prompt = iota_tokens(40);
+  const prompt_keys mine = kv.compute_prompt_keys(prompt);
+  const prompt_keys theirs = other.compute_prompt_keys(prompt);
+  const std::size_t free_before = kv.free_blocks();
+  auto refused = [&](const prompt_keys& k, std::span<const token_id> p, const request_options& o) {
+    CHECK_THROWS_WITH(kv.allocate_prompt(request_id(1), p, o, kv_manager<>::whole_prompt, k),
+                      Catch::Contains("not computed by this kv_manager"));
+    CHECK_THROWS_WITH(kv.cached_prefix_tokens(p, o, k), Catch::Contains("not computed by this kv_manager"));
+    CHECK(kv.num_requests() == 0);
+    CHECK(kv.free_blocks() == free_before);
+  };
+  refused(theirs, prompt, {});  // another manager's keys
+  auto edited = prompt;
+  edited[3] = 999;
+  refused(mine, edited, {});                                               // other tokens, same length
+  refused(mine, std::span<const token_id>(prompt).first(20), {});          // a shorter prompt
+  refused(mine, prompt, request_options{5, 0, {}, tenant_id::invalid()});  // another salt
+  prompt_keys cut = mine;
+  cut.keys.pop_back();
+  CHECK_THROWS_WITH(kv.allocate_prompt(request_id(1), prompt, {}, kv_manager<>::whole_prompt, cut),
+                    Catch::Contains("full blocks"));
+  CHECK(kv.num_requests() == 0);
+  // The right keys work, and give what hashing there gives.
+  const auto a = kv.allocate_prompt(request_id(1), prompt, {}, kv_manager<>::whole_prompt, mine);
+  REQUIRE(a);
+  CHECK(a->slots == prompt.size());
+}

@@ -404,3 +404,296 @@ TEMPLATE_TEST_CASE("a fork made while the batch is full waits for room and is ne
   CHECK(s.idle());
   CHECK(s.kv().free_blocks() == s.kv().usable_blocks());
 }
+
+TEMPLATE_TEST_CASE("a request that ended is gone at once: its id may come back, running() counts live ones",
+                   "[sched][lifecycle]", iteration_t, prefill_first_t, layered_t) {
+  // The slot of a request that ends may stay in the running set for a while (compacted lazily): no
+  // call may see it.
+  auto s = make<TestType>(256);
+  std::vector<std::vector<token_id>> prompts;
+  for (std::uint64_t i = 1; i <= 8; ++i) prompts.push_back(iota_ids(20, static_cast<token_id>(100 * i)));
+  for (std::uint64_t i = 1; i <= 8; ++i) REQUIRE(s->submit(with_ids(i, prompts[i - 1]), 0.0));
+  std::map<request_id, std::vector<token_id>> fed;
+  for (int it = 0; it < 40 && s->running() < 8; ++it) step(*s, 1.0, &fed);
+  for (int it = 0; it < 4; ++it) step(*s, 1.0, &fed);
+  REQUIRE(s->running() == 8);
+  step(*s, 1.0, &fed, {request_id(3)});
+  CHECK(s->running() == 7);
+  CHECK(s->waiting() == 0);
+  CHECK_FALSE(s->cancel(request_id(3)));
+  CHECK_THROWS_WITH(s->fork(request_id(3), request_id(30), 5), Catch::Contains("is not running"));
+  // The same id, a new request: admitted and fed its own tokens.
+  const auto again = iota_ids(20, 5000);
+  REQUIRE(s->submit(with_ids(3, again), 2.0));
+  CHECK(s->waiting() == 1);
+  fed.erase(request_id(3));
+  bool decoded = false;
+  for (int it = 0; it < 40 && !decoded; ++it) {
+    const batch b = step(*s, 3.0, &fed);
+    for (const batch_entry& e : b.entries)
+      if (e.id == request_id(3) && e.decode_tokens > 0) {
+        decoded = true;
+        CHECK(e.token == fed[request_id(3)].front());  // its own first token, not the old request's
+      }
+    CHECK(std::count_if(b.entries.begin(), b.entries.end(),
+                        [](const batch_entry& e) { return e.id == request_id(3); }) <= 1);
+  }
+  CHECK(decoded);
+  CHECK(s->running() == 8);
+  const auto ids = s->kv().tokens(request_id(3));
+  REQUIRE(ids.size() >= again.size());
+  CHECK(std::equal(again.begin(), again.end(), ids.begin()));
+  CHECK(s->cancel(request_id(3)));
+  CHECK(s->running() == 7);
+}
+
+namespace {
+// The default KV manager without compute_prompt_keys: the scheduler then hashes prompts at admission.
+struct kv_without_prompt_keys : weft::kv::kv_manager<> {
+  using weft::kv::kv_manager<>::kv_manager;
+  weft::kv::prompt_keys compute_prompt_keys(std::span<const token_id>, const weft::kv::request_options&) const = delete;
+};
+static_assert(kv_manager<kv_without_prompt_keys>);
+static_assert(!precomputes_prompt_keys<kv_without_prompt_keys>);
+static_assert(precomputes_prompt_keys<weft::kv::kv_manager<>>);
+}  // namespace
+
+TEST_CASE("prompt keys hashed at submit give the batches and hits of hashing at admission", "[sched][lifecycle]") {
+  // Shared prefixes (hits), a small cache (recompute preemptions, readmitted with their decoded ids).
+  auto run = [](auto kv) {
+    iteration_scheduler<fcfs_queue, decltype(kv)> s(chunked_prefill(32, 6), fcfs_queue{}, std::move(kv));
+    std::vector<std::vector<token_id>> prompts;
+    for (std::uint64_t i = 0; i < 24; ++i) {
+      auto p = iota_ids(48, static_cast<token_id>(1 + (i % 3) * 1000));  // three shared prefixes
+      for (std::uint64_t k = 0; k < 5 + i; ++k) p.push_back(static_cast<token_id>(50000 + 100 * i + k));
+      prompts.push_back(std::move(p));
+    }
+    for (std::uint64_t i = 0; i < prompts.size(); ++i)
+      REQUIRE(s.submit(with_ids(i + 1, prompts[i], 0.01 * static_cast<double>(i)), 0.0));
+    std::vector<batch> batches;
+    for (int it = 0; it < 400 && !s.idle(); ++it) {
+      const batch& b = s.schedule(1.0);
+      batches.push_back(b);
+      std::vector<decoded_token> decoded;
+      std::vector<request_id> finished;
+      for (const batch_entry& e : b.entries) {
+        if (!e.emits_token) continue;
+        decoded.push_back({e.id, static_cast<token_id>(7 * e.id.value() + e.context_tokens)});
+        if (e.context_tokens >= 48 + 40) finished.push_back(e.id);
+      }
+      s.complete(finished, decoded);
+    }
+    CHECK(s.idle());
+    return std::pair(batches, s.stats());
+  };
+  const auto [with_keys, stats_keys] = run(weft_test::kv_of(24));
+  weft::kv::kv_config c = weft_test::kv_of(24).config();
+  const auto [without, stats_without] = run(kv_without_prompt_keys(c));
+  CHECK(stats_keys.cached_prompt_tokens > 0);
+  CHECK(stats_keys.preempted_recompute > 0);
+  CHECK(stats_keys.cached_prompt_tokens == stats_without.cached_prompt_tokens);
+  CHECK(stats_keys.readmission_cached_tokens == stats_without.readmission_cached_tokens);
+  REQUIRE(with_keys.size() == without.size());
+  for (std::size_t i = 0; i < with_keys.size(); ++i) {
+    const auto& a = with_keys[i].entries;
+    const auto& b = without[i].entries;
+    REQUIRE(a.size() == b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      CHECK(a[k].id == b[k].id);
+      CHECK(a[k].prefill_tokens == b[k].prefill_tokens);
+      CHECK(a[k].context_tokens == b[k].context_tokens);
+      CHECK(a[k].token == b[k].token);
+    }
+  }
+}
+
+namespace {
+// One iteration for a workload with parallel samples: a token for every emitting entry and, when an
+// entry emits the first token of a request with samples, one for each of its samples (`first` says
+// which requests have not emitted yet). Tokens are a function of (id, position), so every sequence
+// can be checked.
+template <class S>
+batch step_samples(S& s, double now, std::map<request_id, std::vector<request_id>>& samples_of,
+                   std::map<request_id, std::vector<token_id>>& fed, bool give_sample_tokens = true) {
+  const batch b = s.schedule(now);
+  std::vector<decoded_token> decoded;
+  for (const batch_entry& e : b.entries) {
+    if (!e.emits_token) continue;
+    const bool first = fed[e.id].empty();
+    const auto t = static_cast<token_id>(1000 * (e.id.value() % 50) + e.context_tokens);
+    decoded.push_back({e.id, t});
+    fed[e.id].push_back(t);
+    if (first && give_sample_tokens)
+      for (const request_id c : samples_of[e.id]) {
+        const auto tc = static_cast<token_id>(1000 * (c.value() % 50) + e.context_tokens);
+        decoded.push_back({c, tc});
+        fed[c].push_back(tc);
+      }
+  }
+  s.complete({}, decoded);
+  return b;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("request-level n: the samples start at the first token, share the prompt and are never dropped",
+                   "[sched][lifecycle][samples]", iteration_t, prefill_first_t, layered_t) {
+  // max_running 3: the parent and two of its four samples fit; the others wait for room.
+  auto s = make<TestType>(256, 0, 3);
+  const auto prompt = iota_ids(40, 100);
+  const std::vector<request_id> sample_ids{request_id(11), request_id(12), request_id(13), request_id(14)};
+  request r = with_ids(1, prompt);
+  r.n = 5;
+  r.sample_ids = sample_ids;
+  REQUIRE(s->submit(r, 0.0));
+  // The sample ids are held from submit on.
+  CHECK_THROWS_WITH(s->submit(with_ids(12, prompt), 0.0), Catch::Contains("already in this scheduler"));
+  std::map<request_id, std::vector<request_id>> samples_of{{request_id(1), sample_ids}};
+  std::map<request_id, std::vector<token_id>> fed;
+  // The first token without the samples' tokens is an error that changes nothing.
+  bool checked_missing = false;
+  for (int it = 0; it < 20 && fed[request_id(1)].empty(); ++it) {
+    const batch& b = s->schedule(1.0);
+    const auto e = std::find_if(b.entries.begin(), b.entries.end(),
+                                [](const batch_entry& x) { return x.id == request_id(1) && x.emits_token; });
+    if (e == b.entries.end()) {
+      s->complete({}, {});
+      continue;
+    }
+    const auto t = static_cast<token_id>(1000 + e->context_tokens);
+    const std::vector<decoded_token> only_parent{{request_id(1), t}};
+    CHECK_THROWS_WITH(s->complete({}, only_parent), Catch::Contains("needs the first token of sample"));
+    CHECK(s->running() == 1);
+    std::vector<decoded_token> all{{request_id(1), t}};
+    fed[request_id(1)].push_back(t);
+    for (const request_id c : sample_ids) {
+      const auto tc = static_cast<token_id>(1000 * (c.value() % 50) + e->context_tokens);
+      all.push_back({c, tc});
+      fed[c].push_back(tc);
+    }
+    std::reverse(all.begin(), all.end());  // any order
+    s->complete({}, all);
+    checked_missing = true;
+  }
+  REQUIRE(checked_missing);
+  CHECK(s->running() == 3);  // the parent and two samples; the other two wait, holding their share
+  CHECK(s->waiting() == 2);
+  CHECK(s->stats().forked == 4);
+  // Every sample shares the parent's two full prompt blocks.
+  const auto parent_blocks = s->kv().blocks(request_id(1));
+  for (const request_id c : sample_ids) {
+    const auto cb = s->kv().blocks(c);
+    REQUIRE(cb.size() >= 2);
+    CHECK(std::equal(parent_blocks.begin(), parent_blocks.begin() + 2, cb.begin()));
+  }
+  // Each sample decodes from its own first token; the waiting ones join when room frees.
+  std::map<request_id, bool> decoded_own;
+  for (int it = 0; it < 30; ++it) {
+    std::vector<request_id> finish;
+    const batch b = s->schedule(2.0);
+    std::vector<decoded_token> decoded;
+    for (const batch_entry& e : b.entries) {
+      if (e.decode_tokens > 0) {
+        CHECK(e.token == fed[e.id].back());  // its own last token, never a sibling's
+        decoded_own[e.id] = true;
+      }
+      if (!e.emits_token) continue;
+      const auto t = static_cast<token_id>(1000 * (e.id.value() % 50) + e.context_tokens);
+      decoded.push_back({e.id, t});
+      fed[e.id].push_back(t);
+      if (fed[e.id].size() >= 4) finish.push_back(e.id);
+    }
+    s->complete(finish, decoded);
+    if (s->idle()) break;
+  }
+  CHECK(s->idle());
+  CHECK(decoded_own.size() == 5);
+  for (const request_id c : sample_ids) {
+    CHECK(fed[c].size() == 4);
+    CHECK(fed[c].front() == static_cast<token_id>(1000 * (c.value() % 50) + 40));
+  }
+}
+
+TEMPLATE_TEST_CASE("request-level n: bad input is an error that changes nothing", "[sched][lifecycle][samples]",
+                   iteration_t, prefill_first_t, layered_t) {
+  auto s = make<TestType>(16);            // 16 blocks of 16 tokens
+  const auto prompt = iota_ids(40, 100);  // 3 blocks to its first token
+  const std::vector<request_id> ids{request_id(11), request_id(12)};
+  auto bad = [&](request r, const char* what) {
+    CHECK_THROWS_WITH(s->submit(r, 0.0), Catch::Contains(what));
+    CHECK(s->waiting() == 0);
+    CHECK(s->stats().rejected == 0);
+  };
+  request r = with_ids(1, prompt);
+  r.n = 0;
+  bad(r, "must be >= 1");
+  r.n = 2;
+  bad(r, "sample_ids must hold 1 ids");
+  r.n = 3;
+  r.sample_ids = ids;
+  const std::vector<request_id> twice{request_id(11), request_id(11)};
+  request dup = r;
+  dup.sample_ids = twice;
+  bad(dup, "listed twice");
+  const std::vector<request_id> own{request_id(1), request_id(12)};
+  request self = r;
+  self.sample_ids = own;
+  bad(self, "differ from the request's own id");
+  // n too large for the KV pool: 3 blocks for the prompt's first token plus one per sample > 16.
+  std::vector<request_id> many;
+  for (std::uint64_t i = 0; i < 14; ++i) many.push_back(request_id(100 + i));
+  request big = with_ids(1, prompt);
+  big.n = 15;
+  big.sample_ids = many;
+  bad(big, "lower n");
+  // Nothing was kept: every id is free, and the valid request goes through.
+  for (const request_id c : many) REQUIRE(s->submit(with_ids(c.value(), prompt), 0.0));
+  for (const request_id c : many) CHECK(s->cancel(c));
+  REQUIRE(s->submit(r, 0.0));
+  // Cancelled before its first token: the samples never start and their ids are free again.
+  CHECK(s->cancel(request_id(1)));
+  for (const request_id c : ids) REQUIRE(s->submit(with_ids(c.value(), prompt), 0.0));
+}
+
+TEMPLATE_TEST_CASE("request-level n: a sample may end at its first token", "[sched][lifecycle][samples]", iteration_t,
+                   prefill_first_t, layered_t) {
+  auto s = make<TestType>(64);
+  const auto prompt = iota_ids(24, 100);
+  const std::vector<request_id> ids{request_id(21), request_id(22)};
+  request r = with_ids(1, prompt);
+  r.n = 3;
+  r.sample_ids = ids;
+  REQUIRE(s->submit(r, 0.0));
+  bool started = false;
+  for (int it = 0; it < 20 && !started; ++it) {
+    const batch& b = s->schedule(1.0);
+    std::vector<decoded_token> decoded;
+    for (const batch_entry& e : b.entries)
+      if (e.emits_token) {
+        decoded.push_back({e.id, 7});
+        decoded.push_back({request_id(21), 8});
+        decoded.push_back({request_id(22), 9});
+        started = true;
+      }
+    const std::vector<request_id> ends{request_id(21)};
+    if (started) {
+      const std::vector<request_id> twice{request_id(21), request_id(21)};
+      CHECK_THROWS_WITH(s->complete(twice, decoded), Catch::Contains("finished twice"));
+      s->complete(ends, decoded);
+    } else {
+      s->complete({}, decoded);
+    }
+  }
+  REQUIRE(started);
+  CHECK(s->stats().forked == 2);
+  CHECK(s->running() == 2);  // the parent and sample 22; sample 21 ended at its first token
+  CHECK_FALSE(s->kv().contains(request_id(21)));
+  CHECK(s->submit(with_ids(21, prompt), 2.0));  // its id is free again
+  // Sample 22 decodes from its own first token (a prefill-first batch may make it wait a step).
+  token_id first_input = -1;
+  for (int it = 0; it < 10 && first_input < 0; ++it) {
+    const batch b = step(*s, 2.0);
+    for (const batch_entry& e : b.entries)
+      if (e.id == request_id(22) && e.decode_tokens > 0) first_input = e.token;
+  }
+  CHECK(first_input == 9);
+}

@@ -1,7 +1,7 @@
 // Cryptographic primitives weft needs, all from OpenSSL's libcrypto (never home-made): SHA-256
-// (EVP, which uses the CPU's SHA extensions), HMAC-SHA256 for challenge-response authentication
-// of connections, a CSPRNG for nonces and secrets, and constant-time comparison. The one core
-// header with a third-party dependency: modules that include it (kv, comm) link OpenSSL::Crypto.
+// (OpenSSL's SHA256_CTX functions, which use the CPU's SHA extensions), HMAC-SHA256 for challenge-response
+// authentication of connections, a CSPRNG for nonces and secrets, and constant-time comparison. The one core header
+// with a third-party dependency: modules that include it (kv, comm) link OpenSSL::Crypto.
 #pragma once
 
 #include <weft/core/error.hpp>
@@ -11,6 +11,7 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include <array>
 #include <cstddef>
@@ -19,6 +20,16 @@
 #include <span>
 #include <string_view>
 #include <utility>
+
+// The low-level SHA256_* calls are deprecated in OpenSSL 3 (see sha256 below): silenced where used.
+#if defined(__GNUC__) || defined(__clang__)
+#define WEFT_CRYPTO_LOW_LEVEL_BEGIN \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"")
+#define WEFT_CRYPTO_LOW_LEVEL_END _Pragma("GCC diagnostic pop")
+#else
+#define WEFT_CRYPTO_LOW_LEVEL_BEGIN
+#define WEFT_CRYPTO_LOW_LEVEL_END
+#endif
 
 namespace weft::crypto {
 
@@ -35,9 +46,55 @@ inline const EVP_MD* sha256_md() {
 }  // namespace detail
 
 /// Incremental SHA-256 (FIPS 180-4). update() any number of times, then finish(). A state can be
-/// copied (copy_from) to hash many messages that share a prefix, e.g. a secret key, without
-/// re-absorbing it. Not thread-safe (one object per thread). Throws weft::error(unsupported) only
-/// if OpenSSL fails internally (out of memory). O(bytes).
+/// copied (copy_from, or plain copies) to hash many messages that share a prefix, e.g. a secret key,
+/// without re-absorbing it. Not thread-safe (one object per thread). O(bytes).
+///
+/// Built on OpenSSL's SHA256_CTX functions (the same assembly, SHA extensions included, that EVP
+/// runs): the state is a plain 112-byte value, so a copy is a memcpy and nothing allocates. Through
+/// EVP each copy re-creates a provider context (EVP_MD_CTX_copy_ex), which cost 2.5x the hash of a
+/// 16-token block key on our machines. OpenSSL 3 marks these functions deprecated but ships them; a
+/// build without them (OPENSSL_NO_DEPRECATED_3_0) falls back to EVP, with the same digests.
+#if !defined(OPENSSL_NO_DEPRECATED_3_0)
+class sha256 {
+ public:
+  sha256() { reset(); }
+
+  /// Starts a new message.
+  void reset() noexcept {
+    WEFT_CRYPTO_LOW_LEVEL_BEGIN
+    SHA256_Init(&ctx_);
+    WEFT_CRYPTO_LOW_LEVEL_END
+  }
+  /// Makes this state equal to other's (the same bytes absorbed so far).
+  void copy_from(const sha256& other) noexcept { ctx_ = other.ctx_; }
+  void update(std::span<const std::byte> bytes) noexcept {
+    WEFT_CRYPTO_LOW_LEVEL_BEGIN
+    SHA256_Update(&ctx_, bytes.data(), bytes.size());
+    WEFT_CRYPTO_LOW_LEVEL_END
+  }
+  void update(std::string_view text) noexcept {
+    update(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  }
+  /// The digest of everything absorbed since reset(); the state must be reset() before reuse.
+  sha256_digest finish() noexcept {
+    sha256_digest out{};
+    WEFT_CRYPTO_LOW_LEVEL_BEGIN
+    SHA256_Final(out.data(), &ctx_);
+    WEFT_CRYPTO_LOW_LEVEL_END
+    return out;
+  }
+
+  /// One-shot digest. Thread-safe.
+  static sha256_digest of(std::span<const std::byte> bytes) {
+    sha256 h;
+    h.update(bytes);
+    return h.finish();
+  }
+
+ private:
+  SHA256_CTX ctx_{};
+};
+#else
 class sha256 {
  public:
   sha256() : ctx_(EVP_MD_CTX_new()) {
@@ -56,23 +113,18 @@ class sha256 {
   }
   ~sha256() { EVP_MD_CTX_free(ctx_); }
 
-  /// Starts a new message.
   void reset() { check(EVP_DigestInit_ex2(ctx_, detail::sha256_md(), nullptr), "EVP_DigestInit_ex2"); }
-  /// Makes this state equal to other's (the same bytes absorbed so far).
   void copy_from(const sha256& other) { check(EVP_MD_CTX_copy_ex(ctx_, other.ctx_), "EVP_MD_CTX_copy_ex"); }
   void update(std::span<const std::byte> bytes) {
     check(EVP_DigestUpdate(ctx_, bytes.data(), bytes.size()), "EVP_DigestUpdate");
   }
   void update(std::string_view text) { update(std::as_bytes(std::span<const char>(text.data(), text.size()))); }
-  /// The digest of everything absorbed since reset(); the state must be reset() before reuse.
   sha256_digest finish() {
     sha256_digest out{};
     unsigned int n = 0;
     check(EVP_DigestFinal_ex(ctx_, out.data(), &n), "EVP_DigestFinal_ex");
     return out;
   }
-
-  /// One-shot digest. Thread-safe.
   static sha256_digest of(std::span<const std::byte> bytes) {
     sha256 h;
     h.update(bytes);
@@ -85,6 +137,7 @@ class sha256 {
   }
   EVP_MD_CTX* ctx_;
 };
+#endif
 
 /// HMAC-SHA256(key, parts[0] || parts[1] || ...) (RFC 2104) through OpenSSL's EVP_MAC. The parts
 /// are absorbed in order with nothing between them: callers that authenticate several fields put

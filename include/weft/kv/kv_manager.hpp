@@ -7,6 +7,7 @@
 
 #include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
+#include <weft/core/hash.hpp>
 #include <weft/kv/admission.hpp>
 #include <weft/kv/block_hasher.hpp>
 #include <weft/kv/block_table.hpp>
@@ -18,6 +19,7 @@
 #include <weft/kv/types.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -165,17 +167,54 @@ class kv_manager {
   /// Whether allocate_prompt(id, prompt, options) would succeed now (prefix hits counted). O(prompt).
   bool can_allocate_prompt(std::span<const token_id> prompt, const request_options& options = {}) {
     if (prompt.empty()) return false;
-    return plan(prompt, prompt.size(), options, 0, lookup::probe).ok;
+    return plan(prompt, prompt.size(), options, 0, lookup::probe, nullptr).ok;
   }
 
   /// Leading tokens of prompt that allocate_prompt would find cached (device hits, then host hits;
   /// a multiple of block_size and less than prompt.size()). Changes nothing (with verify_on_hit, a
   /// mismatch found here is not counted: allocate_prompt counts it). O(prompt).
   std::size_t cached_prefix_tokens(std::span<const token_id> prompt, const request_options& options = {}) const {
+    return cached_prefix(prompt, options, nullptr);
+  }
+  /// As above, starting from keys compute_prompt_keys computed for prompt (or a prefix of it): only the
+  /// blocks past them are hashed. Throws weft::error (invalid_argument), changing nothing, when `known`
+  /// was computed by another manager, over other tokens or with other options. O(prompt) fast hashing.
+  std::size_t cached_prefix_tokens(std::span<const token_id> prompt, const request_options& options,
+                                   const prompt_keys& known) const {
+    check_keys(known, prompt, options, "weft::kv::kv_manager::cached_prefix_tokens");
+    return cached_prefix(prompt, options, &known);
+  }
+
+  /// The content keys of prompt's full blocks under options (and their verify_on_hit fingerprints),
+  /// computed now so that allocate_prompt and cached_prefix_tokens, given them, hash nothing of the
+  /// prompt: a scheduler computes them when a request is submitted, off its per-iteration path. They
+  /// are valid for this manager (and its moved-to object), this prompt or a longer one starting with
+  /// it, and the same options; the calls that take them check that. Throws weft::error for media
+  /// outside the prompt or out of order. O(prompt) hashing.
+  prompt_keys compute_prompt_keys(std::span<const token_id> prompt, const request_options& options = {}) const {
+    check_media(request_id::invalid(), options.media, prompt.size(), "weft::kv::kv_manager::compute_prompt_keys");
+    prompt_keys k;
+    k.tokens = prompt.size();
+    k.check = keys_check(prompt, options);
+    if (config_.enable_prefix_caching && !prompt.empty()) {
+      const key_options ko = key_options_of(options, options.media);
+      cache_.extend_keys(prompt, ko, k.keys);
+      if (config_.verify_on_hit) cache_.extend_prints(prompt, ko, k.prints);
+    }
+    return k;
+  }
+
+ private:
+  std::size_t cached_prefix(std::span<const token_id> prompt, const request_options& options,
+                            const prompt_keys* known) const {
     if (prompt.empty() || !config_.enable_prefix_caching) return 0;
     const key_options ko = key_options_of(options, options.media);
     probe_keys_.clear();
     probe_prints_.clear();
+    if (known != nullptr) {
+      probe_keys_.assign(known->keys.begin(), known->keys.end());
+      probe_prints_.assign(known->prints.begin(), known->prints.end());
+    }
     cache_.extend_keys(prompt, ko, probe_keys_);
     if (config_.verify_on_hit) cache_.extend_prints(prompt, ko, probe_prints_);
     const std::size_t max_hit = std::min(probe_keys_.size(), (prompt.size() - 1) / block_size());
@@ -186,6 +225,7 @@ class kv_manager {
     return hit * block_size();
   }
 
+ public:
   /// Whether append(id, n) would fit now (decode may dip into the watermark). O(1) expected.
   bool can_append(request_id id, std::size_t n) const {
     const request& r = get(id, "weft::kv::kv_manager::can_append");
@@ -210,6 +250,20 @@ class kv_manager {
     expects(!prompt.empty(), errc::invalid_argument, where, "request ", id, " has an empty prompt");
     check_media(id, options.media, prompt.size(), where);
     return atomically([&] { return allocate(id, prompt, prompt.size(), options, slots); });
+  }
+  /// As above, starting from keys compute_prompt_keys computed for prompt (or a prefix of it: a
+  /// request readmitted with its decoded tokens): only the blocks past them are hashed. Throws
+  /// weft::error (invalid_argument), changing nothing, when `known` was computed by another manager,
+  /// over other tokens or with other options. O(prompt) fast hashing plus the new blocks' keys.
+  std::optional<prompt_allocation> allocate_prompt(request_id id, std::span<const token_id> prompt,
+                                                   const request_options& options, std::size_t slots,
+                                                   const prompt_keys& known) {
+    constexpr const char* where = "weft::kv::kv_manager::allocate_prompt";
+    check_new_id(id, where);
+    expects(!prompt.empty(), errc::invalid_argument, where, "request ", id, " has an empty prompt");
+    check_media(id, options.media, prompt.size(), where);
+    check_keys(known, prompt, options, where);
+    return atomically([&] { return allocate(id, prompt, prompt.size(), options, slots, &known); });
   }
 
   /// As allocate_prompt, for a request whose token ids the caller does not have (a simulator, a
@@ -561,6 +615,31 @@ class kv_manager {
     expects(id.valid(), errc::invalid_argument, where, "request id is invalid()");
     expects(!contains(id), errc::already_exists, where, "request ", id, " is already allocated");
   }
+  // The fingerprint prompt_keys carry: this manager, the tokens they cover and every option a key
+  // depends on, under the one fast hash (a mismatch is misuse, not an attack: the keys stay SHA-256).
+  std::uint64_t keys_check(std::span<const token_id> tokens, const request_options& o) const noexcept {
+    std::uint64_t h = hash_bytes(std::as_bytes(tokens), instance_);
+    h = hash_combine(h, o.cache_salt);
+    h = hash_combine(h, o.adapter_id);
+    h = hash_combine(h, config_.isolate_tenants ? o.tenant.value() : 0);
+    return hash_bytes(std::as_bytes(o.media), h);
+  }
+  void check_keys(const prompt_keys& known, std::span<const token_id> prompt, const request_options& options,
+                  const char* where) const {
+    expects(known.tokens <= prompt.size() && known.check == keys_check(prompt.first(known.tokens), options),
+            errc::invalid_argument, where, "the precomputed prompt keys (over ", known.tokens,
+            " tokens) were not computed by this kv_manager's compute_prompt_keys for this prompt's first ",
+            std::min(known.tokens, prompt.size()), " tokens with these options");
+    const std::size_t full = config_.enable_prefix_caching ? known.tokens / block_size() : 0;
+    expects(known.keys.size() == full && known.prints.size() == (config_.verify_on_hit ? full : 0),
+            errc::invalid_argument, where, "the precomputed prompt keys hold ", known.keys.size(), " keys and ",
+            known.prints.size(), " fingerprints; ", known.tokens, " tokens make ", full, " full blocks");
+  }
+  static std::uint64_t next_instance() noexcept {
+    static std::atomic<std::uint64_t> count{0};
+    return hash_combine(count.fetch_add(1, std::memory_order_relaxed), hash_k3);
+  }
+
   static void check_media(request_id id, std::span<const multimodal_item> media, std::size_t prompt,
                           const char* where) {
     for (std::size_t i = 0; i < media.size(); ++i) {
@@ -576,12 +655,16 @@ class kv_manager {
   // Computes keys, finds hits (into hits_ / host_hits_) and checks room and quota; changes no
   // reference. prompt is empty for a request allocated by length.
   prompt_plan plan(std::span<const token_id> prompt, std::size_t length, const request_options& options,
-                   std::size_t slots, lookup how) {
+                   std::size_t slots, lookup how, const prompt_keys* known) {
     prompt_plan p;
     hits_.clear();
     host_hits_.clear();
     if (config_.enable_prefix_caching && !prompt.empty()) {
       const key_options ko = key_options_of(options, options.media);
+      if (known != nullptr) {  // computed ahead (check_keys verified them): only the blocks past them
+        p.keys = known->keys;
+        p.prints = known->prints;
+      }
       cache_.extend_keys(prompt, ko, p.keys);
       if (config_.verify_on_hit) cache_.extend_prints(prompt, ko, p.prints);
       const std::size_t max_hit = std::min(p.keys.size(), (prompt.size() - 1) / block_size());
@@ -610,8 +693,9 @@ class kv_manager {
   }
 
   std::optional<prompt_allocation> allocate(request_id id, std::span<const token_id> prompt, std::size_t length,
-                                            const request_options& options, std::size_t slots) {
-    prompt_plan p = plan(prompt, length, options, slots, lookup::serve);
+                                            const request_options& options, std::size_t slots,
+                                            const prompt_keys* known = nullptr) {
+    prompt_plan p = plan(prompt, length, options, slots, lookup::serve, known);
     if (!p.ok) return std::nullopt;
     // Everything that can throw first: the request's own copies and the plan.
     sequence_state st;
@@ -680,7 +764,15 @@ class kv_manager {
     if (r.s.keys.size() < full) cache_.extend_keys(filled, ko, r.s.keys);
     if (config_.verify_on_hit && r.s.prints.size() < full) cache_.extend_prints(filled, ko, r.s.prints);
     const auto blocks = r.table.blocks();
-    for (; r.s.committed < full; ++r.s.committed) cache_.commit(blocks[r.s.committed], chain_of(r), r.s.committed);
+    // The blocks are scattered over a large cache: ask a few ahead so their misses overlap.
+    constexpr std::size_t ahead = 8;
+    for (std::size_t i = r.s.committed; i < std::min(full, r.s.committed + ahead); ++i)
+      cache_.prefetch_commit(blocks[i], r.s.keys[i]);
+    for (; r.s.committed < full; ++r.s.committed) {
+      if (r.s.committed + ahead < full)
+        cache_.prefetch_commit(blocks[r.s.committed + ahead], r.s.keys[r.s.committed + ahead]);
+      cache_.commit(blocks[r.s.committed], chain_of(r), r.s.committed);
+    }
   }
 
   std::optional<swap_plan> swap_out_now(request& r, std::size_t n) {
@@ -983,6 +1075,7 @@ class kv_manager {
   std::unique_ptr<cache_type> host_;  // host tier: same structure over host block ids
   admission_controller admission_;
   std::size_t bytes_per_block_ = 0;
+  std::uint64_t instance_ = next_instance();  // tells this manager's prompt_keys from another's
   // Requests live in a slab (entries are reused, keeping their vectors' capacity) found through an
   // open-addressing index. Invariant: index_ maps exactly the live entries' ids to their positions;
   // vacant_ lists the others.

@@ -43,7 +43,7 @@ namespace weft::kv {
 ///
 /// Thread-safety: const members are thread-safe (copies share the immutable keyed state); each
 /// thread uses its own state. begin O(tokens), absorb O(words), finish O(1); no allocation by
-/// weft per block (OpenSSL 3.0's EVP_MD_CTX_copy_ex re-creates its provider context on each copy).
+/// weft or OpenSSL per block (the state is a plain SHA256_CTX copied from the keyed one; see crypto::sha256).
 class sha256_block_hasher {
  public:
   /// Shortest secret accepted: 16 bytes (128 bits). Use 32 random bytes.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <ostream>
+#include <vector>
 
 namespace weft::kv {
 
@@ -79,6 +80,18 @@ struct block_copy {
 inline std::ostream& operator<<(std::ostream& out, const block_copy& c) {
   return out << "copy " << c.src << " -> " << c.dst;
 }
+
+/// The content keys of a prompt's full blocks, computed ahead of admission by
+/// kv_manager::compute_prompt_keys (a scheduler does it when a request is submitted, so admission
+/// does not hash). Only the kv_manager that computed them can use them, for the prompt they were
+/// computed over (or a longer one that starts with it) and the same request options; it checks
+/// that through `check` and throws otherwise.
+struct prompt_keys {
+  std::vector<block_key> keys;    ///< keys of the first tokens / block_size full blocks (empty: caching off)
+  std::vector<block_key> prints;  ///< verify_on_hit fingerprints of the same blocks (else empty)
+  std::size_t tokens = 0;         ///< prompt tokens they were computed over
+  std::uint64_t check = 0;        ///< fingerprint of (manager, tokens, options), checked at use
+};
 
 }  // namespace weft::kv
 

@@ -109,6 +109,17 @@ concept kv_manager = requires(K& kv, const K& ckv, request_id id, std::span<cons
   kv.rollback_transaction();
 };
 
+/// A KV manager that can hash a prompt's block keys ahead of admission (weft::kv::kv_manager does):
+/// the scheduler then computes them in submit() and admission hashes nothing of the prompt. Optional.
+template <class K>
+concept precomputes_prompt_keys = requires(K& kv, const K& ckv, request_id id, std::span<const token_id> tokens,
+                                           const weft::kv::request_options& options, std::size_t n,
+                                           const weft::kv::prompt_keys& keys) {
+  { ckv.compute_prompt_keys(tokens, options) } -> std::same_as<weft::kv::prompt_keys>;
+  { kv.allocate_prompt(id, tokens, options, n, keys) } -> std::same_as<std::optional<weft::kv::prompt_allocation>>;
+  { ckv.cached_prefix_tokens(tokens, options, keys) } -> std::convertible_to<std::size_t>;
+};
+
 /// What a scheduler tells the KV manager about request r besides its tokens: salt, adapter, media and
 /// its client as the tenant its blocks are charged to. O(1). Thread-safe.
 inline weft::kv::request_options kv_request_options(const request& r) noexcept {

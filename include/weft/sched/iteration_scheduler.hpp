@@ -98,17 +98,49 @@ class iteration_scheduler {
   /// a prompt longer than max_batched_tokens). Throws weft::error, changing nothing, for an invalid
   /// request (see validate()), one without ids that is not counted_by_length, an id already in this
   /// scheduler (waiting, running or swapped out), or kv_ready_tokens on a request with token ids. The
-  /// scheduler copies the prompt ids and media. O(prompt + queue push).
+  /// scheduler copies the prompt ids and media, and has the KV manager hash the prompt's block keys
+  /// now (when it can: precomputes_prompt_keys), so admission does not. O(prompt + queue push).
+  ///
+  /// Parallel samples (r.n > 1): the ids in r.sample_ids are held for the samples from now on, and
+  /// must be new to this scheduler too. At r's first token the n - 1 samples start (see complete()),
+  /// sharing r's prompt blocks; they are never dropped (a full batch makes them wait, a KV quota that
+  /// refuses the sharing sends them to prefill again). Throws weft::error (capacity), changing
+  /// nothing, when the prompt fits but the n samples' first tokens cannot (the prompt's blocks plus
+  /// one block per sample exceed the device cache).
   bool submit(const request& r, double now) {
     constexpr const char* where = "weft::sched::iteration_scheduler::submit";
     validate(r, where);
     detail::check_new_request(held_, r, where, "waiting, running or swapped out");
+    for (const request_id c : r.sample_ids)
+      expects(!held_.contains(c), errc::already_exists, where, "request ", r.id, ": sample id ", c,
+              " is already in this scheduler; request ids must be unique");
     const bool fits = detail::fits_device_cache(r, kv_, where);  // first: it may throw
     if (!fits || !phase_.accepts(r)) {
       ++stats_.rejected;
       return false;
     }
-    detail::enqueue_new(held_, queue_, r, now);
+    if (r.n > 1) {
+      // Each sample writes its first token into a block of its own (the shared partial one is copied).
+      const std::uint64_t need =
+          detail::blocks_to_first_token(r, kv_.block_size(), where) + static_cast<std::uint64_t>(r.n - 1);
+      expects(need <= kv_.usable_blocks(), errc::capacity, where, "request ", r.id, ": n = ", r.n,
+              " parallel samples need ", need, " blocks for their first tokens (the prompt's and one per sample) but ",
+              "the device cache has ", kv_.usable_blocks(), "; lower n");
+    }
+    // The prompt's block keys are hashed here, once, off the per-iteration path: admission (and a
+    // prefix-aware Queue's probes) reuse them.
+    weft::kv::prompt_keys keys;
+    if constexpr (precomputes_prompt_keys<KV>)
+      if (!r.prompt.empty()) keys = kv_.compute_prompt_keys(r.prompt, kv_request_options(r));
+    const request stored = held_.adopt(r, std::move(keys));
+    try {
+      held_.reserve_samples(r.id, where);
+      queue_.push(stored, now);
+    } catch (...) {
+      held_.release_samples(r.id);
+      held_.release(r.id);
+      throw;
+    }
     return true;
   }
 
@@ -124,8 +156,11 @@ class iteration_scheduler {
     entry_slot_.clear();
     undo_.clear();
     may_report_ = 0;
+    first_step_reports_ = 0;
+    spawning_ = 0;
     deferred_finish_.clear();
     const scheduler_stats stats_before = stats_;
+    dead_at_start_ = dead_;
     kv_.begin_transaction();
     try {
       budget_ = std::numeric_limits<std::int64_t>::max();  // a phase with a token budget sets it
@@ -143,8 +178,11 @@ class iteration_scheduler {
       throw;
     }
     kv_.commit_transaction();
-    for (request_id id : batch_.aborted) held_.release(id);
-    compact();
+    for (request_id id : batch_.aborted) {
+      held_.release_samples(id);  // a parent that never produced its first token: its samples never start
+      held_.release(id);
+    }
+    maybe_compact();
     return batch_;
   }
 
@@ -169,14 +207,24 @@ class iteration_scheduler {
               finished.empty() ? "" : "the first finished request is ", finished.empty() ? request_id{} : finished[0]);
       return;
     }
-    // Every finished id is checked before anything changes.
+    // Every finished id is checked before anything changes. Parallel samples that start now take their
+    // first tokens out of `decoded` first.
+    std::span<const decoded_token> tokens = decoded;
+    std::span<const request_id> ended = finished;
+    spawns_.clear();
+    if (spawning_ > 0) take_sample_tokens(tokens, ended, where);
     const std::size_t found =
-        detail::check_completion(batch_, finished, decoded, is_done_, token_at_, sorted_, where,
+        detail::check_completion(batch_, ended, tokens, is_done_, token_at_, sorted_, where,
                                  " (a partial prefill, or a layer group short of the last layer)",
                                  [&](std::size_t k) { return !running_[entry_slot_[k]].req.prompt.empty(); });
     done_entries_.clear();
     for (std::size_t k = 0; k < n && done_entries_.size() < found; ++k)
       if (is_done_[k]) done_entries_.push_back(k);
+    if (!spawns_.empty()) {  // room for the samples first: nothing may throw once the KV part is done
+      detail::reserve_more(running_, spawns_.size());
+      detail::reserve_more(forked_, spawns_.size());
+      detail::reserve_more(requeued_, spawns_.size());
+    }
     // The KV manager first, in one transaction: computed KV (what publishes blocks) and frees.
     bool open = false;
     auto begin = [&] {
@@ -186,8 +234,12 @@ class iteration_scheduler {
     try {
       // Only prefill steps, first steps and finishing requests can need the KV manager (see
       // needs_report); schedule() counted the first two, so a batch of decodes skips this pass.
+      // When no decode is a first step, a decode that does not end reports nothing (needs_report):
+      // only prefill entries and finishing ones are visited (their slots are all this pass reads).
+      const bool every_entry = !Phase::batches_decoded_ids || first_step_reports_ > 0;
       for (std::size_t k = 0; k < n && (may_report_ > 0 || !done_entries_.empty()); ++k) {
         const batch_entry& e = batch_.entries[k];
+        if (!every_entry && e.prefill_tokens == 0 && !is_done_[k]) continue;
         const slot& s = running_[entry_slot_[k]];
         if (!with_tokens(s)) continue;  // counted requests publish nothing
         const std::int64_t done = done_after(s, e);
@@ -202,6 +254,17 @@ class iteration_scheduler {
         } else if (needs_report(s, e, done)) {
           begin();
           kv_.computed(s.req.id, static_cast<std::size_t>(done));
+        }
+      }
+      // Samples share their parent's prompt blocks (before a parent that ends here frees them).
+      for (sample_start& p : spawns_) {
+        if (p.finished) continue;  // it ends at its first token: nothing to share
+        const slot& s = running_[entry_slot_[p.entry]];
+        begin();
+        p.shared = kv_.fork(s.req.id, p.child);
+        if (!p.shared && with_tokens(s)) {  // a quota refused: it prefills its prompt and token again
+          p.ids.assign(s.req.prompt.begin(), s.req.prompt.end());
+          p.ids.push_back(p.token);
         }
       }
       for (std::size_t k : done_entries_) {
@@ -228,18 +291,21 @@ class iteration_scheduler {
       if (e.emits_token) {
         ++s.generated;
         queue_.on_tokens(s.req, 1);
-        if (token_at_[k] != detail::no_token) s.pending = decoded[token_at_[k]].token;
+        if (token_at_[k] != detail::no_token) s.pending = tokens[token_at_[k]].token;
         s.pending_in_kv = false;
       }
     }
+    for (sample_start& p : spawns_) start_sample(p);
     for (std::size_t k : done_entries_) {
       slot& s = running_[entry_slot_[k]];
       queue_.on_finish(s.req, s.generated);
       held_.release(s.req.id);
       s.alive = false;
+      s.tokens = {};
       ++dead_;
     }
-    compact();
+    if (!done_entries_.empty()) ++running_version_;  // the head may have ended
+    maybe_compact();
     batch_.entries.clear();
     entry_slot_.clear();
   }
@@ -282,7 +348,7 @@ class iteration_scheduler {
     head_ = find_head();
     std::size_t pick = running_.size();
     for (std::size_t i = 0; i < running_.size(); ++i) {
-      if (i == head_ || !in_decode(running_[i])) continue;
+      if (i == head_ || !running_[i].alive || !in_decode(running_[i])) continue;
       if (pick == running_.size() || std::tie(running_[i].req.arrival_s, running_[i].req.id) >
                                          std::tie(running_[pick].req.arrival_s, running_[pick].req.id))
         pick = i;
@@ -325,7 +391,8 @@ class iteration_scheduler {
             "a batch is in flight; call complete() first and cancel between iterations");
     if (!held_.contains(id) || held_.cancelled(id)) return false;
     const auto is = [&](const slot& s) { return s.req.id == id; };
-    if (const auto it = std::find_if(running_.begin(), running_.end(), is); it != running_.end()) {
+    const auto is_live = [&](const slot& s) { return s.alive && s.req.id == id; };
+    if (const auto it = std::find_if(running_.begin(), running_.end(), is_live); it != running_.end()) {
       slot before = *it;  // sync() changes the slot: restored if the KV manager fails
       kv_.begin_transaction();
       try {
@@ -358,10 +425,12 @@ class iteration_scheduler {
       queue_.on_finish(*f, 0);  // charged when a failed schedule() took it
       front_.erase(f);
     } else {
-      held_.mark_cancelled(id);  // inside the Queue, which cannot remove it: dropped when it comes out
+      held_.mark_cancelled(id);   // inside the Queue, which cannot remove it: dropped when it comes out
+      held_.release_samples(id);  // its samples' ids are free at once
       ++stats_.cancelled;
       return true;
     }
+    held_.release_samples(id);  // before its first token: its samples never start
     held_.release(id);
     ++stats_.cancelled;
     return true;
@@ -371,8 +440,8 @@ class iteration_scheduler {
     return queue_.size() - held_.cancelled_in_queue() + front_.size() + requeued_.size() + swapped_.size() +
            forked_.size();
   }
-  std::size_t running() const noexcept { return running_.size(); }
-  bool idle() const noexcept { return running_.empty() && waiting() == 0; }
+  std::size_t running() const noexcept { return live_running(); }
+  bool idle() const noexcept { return live_running() == 0 && waiting() == 0; }
   const scheduler_stats& stats() const noexcept { return stats_; }
   /// The batch of the last schedule() until complete() (its entries are cleared there).
   const batch& last_batch() const noexcept { return batch_; }
@@ -389,6 +458,9 @@ class iteration_scheduler {
   /// Prompt tokens of r the KV manager would find cached now (0 for a request without token ids).
   std::int64_t cached_prefix_tokens(const request& r) const {
     if (r.prompt.empty()) return 0;
+    if constexpr (precomputes_prompt_keys<KV>)
+      if (const weft::kv::prompt_keys* k = held_.keys_for(r))
+        return static_cast<std::int64_t>(kv_.cached_prefix_tokens(r.prompt, kv_request_options(r), *k));
     return static_cast<std::int64_t>(kv_.cached_prefix_tokens(r.prompt, kv_request_options(r)));
   }
 
@@ -400,6 +472,17 @@ class iteration_scheduler {
   using undo_kind = detail::slot_undo;
   using undo_entry = detail::slot_undo_entry;
   static constexpr std::uint32_t fresh_capacity = detail::fresh_capacity;
+  // complete(): the samples (request::n) that start at this batch's first tokens, and the decoded
+  // tokens without theirs.
+  struct sample_start {
+    std::size_t entry;  // the parent's entry in the batch
+    request_id child;
+    token_id token;
+    bool has_token;
+    bool finished;              // listed in complete()'s finished: it ends at its first token
+    bool shared;                // the KV manager forked the parent's blocks for it
+    std::vector<token_id> ids;  // when it did not: the prompt and first token to prefill again
+  };
   static void bind(slot& s) noexcept { detail::bind(s); }
 
   static bool in_decode(const slot& s) noexcept { return s.done >= s.target; }
@@ -469,17 +552,45 @@ class iteration_scheduler {
 
   // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
   // first so its growth can never be blocked by others' growth in the same iteration.
+  // The common case — a decode inside the request's private room, no KV call — is staged in a small
+  // local buffer and appended in bulk (one vector insert per 64 entries instead of two calls per entry;
+  // inside the phase's plan the compiler will not inline the pushes). Anything else flushes the buffer
+  // first, so the batch keeps the loop's order and a preemption finds every entry in place.
   void decode_head_first() {
     detail::reserve_more(batch_.entries, running_.size());
     detail::reserve_more(entry_slot_, running_.size());
     if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true, false);
+    constexpr std::size_t chunk = 64;
+    std::array<batch_entry, chunk> staged;
+    std::array<std::size_t, chunk> staged_slot{};
+    std::size_t m = 0;
+    const auto flush = [&] {
+      batch_.entries.insert(batch_.entries.end(), staged.begin(), staged.begin() + static_cast<std::ptrdiff_t>(m));
+      entry_slot_.insert(entry_slot_.end(), staged_slot.begin(), staged_slot.begin() + static_cast<std::ptrdiff_t>(m));
+      batch_.decode_tokens += static_cast<std::int64_t>(m);
+      budget_ -= static_cast<std::int64_t>(m);
+      m = 0;
+    };
     for (std::size_t i = 0; i < running_.size(); ++i) {
-      if (i == head_ || !running_[i].alive || !in_decode(running_[i])) continue;
-      if (in_room(running_[i], running_[i].done + 1))
-        add_entry(i, 0, 1);  // the common case: a decode inside the request's private room
-      else
+      const slot& s = running_[i];
+      if (i == head_ || !s.alive || !in_decode(s)) continue;
+      if (in_room(s, s.done + 1)) {
+        // add_entry(i, 0, 1), staged: one decode token over every layer, which emits.
+        if (s.reported < 0) {
+          ++may_report_;
+          ++first_step_reports_;
+        } else if (!Phase::batches_decoded_ids) {
+          ++may_report_;
+        }
+        staged[m] = {s.id, s.client, 0, 1, s.done + 1, true, s.with_ids ? s.pending : -1, layer_range{}};
+        staged_slot[m] = i;
+        if (++m == chunk) flush();
+      } else {
+        flush();
         decode_or_continue(i, true, false);
+      }
     }
+    flush();
   }
 
   // (3) Partial prefills continue: the head's first (it may preempt), then in admission order.
@@ -558,12 +669,13 @@ class iteration_scheduler {
       const std::span<const token_id> ids = !s.tokens.empty() ? std::span<const token_id>(s.tokens) : s.req.prompt;
       const weft::kv::request_options options = kv_request_options(s.req);
       std::int64_t cached = 0;
-      if (!ids.empty() && s.done < s.target) cached = static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
+      if (!ids.empty() && s.done < s.target)
+        cached = static_cast<std::int64_t>(kv_cached_prefix(s.req.id, ids, options));
       const std::int64_t start = s.done < s.target ? std::max(s.done, std::min(cached, s.target - 1)) : s.done;
       if (!gate(admission_candidate{s.target, start, cached})) return;
       const auto slots = static_cast<std::size_t>(s.target);  // the whole prompt's KV now
       auto alloc = ids.empty() ? kv_.allocate_prompt(s.req.id, slots, options, slots)
-                               : kv_.allocate_prompt(s.req.id, ids, options, slots);
+                               : kv_allocate(s.req.id, ids, options, slots);
       if (!alloc) return;
       const auto hit = static_cast<std::int64_t>(alloc->cached_tokens);
       if (s.done < s.target) s.done = std::max(s.done, std::min(hit, s.target - 1));
@@ -647,7 +759,7 @@ class iteration_scheduler {
     if (head_version_ == running_version_ && head_cache_ <= running_.size()) return head_cache_;
     std::size_t h = running_.size();
     for (std::size_t i = 0; i < running_.size(); ++i)
-      if (h == running_.size() || rank(running_[i]) < rank(running_[h])) h = i;
+      if (running_[i].alive && (h == running_.size() || rank(running_[i]) < rank(running_[h]))) h = i;
     head_cache_ = h;
     head_version_ = running_version_;
     return h;
@@ -930,7 +1042,8 @@ class iteration_scheduler {
       const weft::kv::request_options options = kv_request_options(s.req);
       // Orca: the first prefill of an iteration may be any length; later ones stay within token_budget.
       if (!chunked && batch_.prefill_tokens > 0 && s.done < s.target) {
-        const std::int64_t cached = ids.empty() ? 0 : static_cast<std::int64_t>(kv_.cached_prefix_tokens(ids, options));
+        const std::int64_t cached =
+            ids.empty() ? 0 : static_cast<std::int64_t>(kv_cached_prefix(s.req.id, ids, options));
         const std::int64_t prefill = s.target - std::max(s.done, std::min(cached, s.target - 1));
         if (batch_.prefill_tokens + prefill > orca_budget) return;
       }
@@ -967,8 +1080,23 @@ class iteration_scheduler {
   std::optional<weft::kv::prompt_allocation> allocate(const slot& s, std::span<const token_id> ids,
                                                       const weft::kv::request_options& options) {
     const auto slots = static_cast<std::size_t>(s.done);  // kv-ready tokens hold KV already
-    if (!ids.empty()) return kv_.allocate_prompt(s.req.id, ids, options, slots);
+    if (!ids.empty()) return kv_allocate(s.req.id, ids, options, slots);
     return kv_.allocate_prompt(s.req.id, static_cast<std::size_t>(s.target), options, slots);
+  }
+
+  // The KV manager's prefix lookup and allocation for request id's ids (its prompt, or after a
+  // recompute its prompt and decoded tokens), from the prompt keys submit() had it compute.
+  std::size_t kv_cached_prefix(request_id id, std::span<const token_id> ids,
+                               const weft::kv::request_options& options) const {
+    if constexpr (precomputes_prompt_keys<KV>)
+      if (const weft::kv::prompt_keys* k = held_.keys_of(id)) return kv_.cached_prefix_tokens(ids, options, *k);
+    return kv_.cached_prefix_tokens(ids, options);
+  }
+  std::optional<weft::kv::prompt_allocation> kv_allocate(request_id id, std::span<const token_id> ids,
+                                                         const weft::kv::request_options& options, std::size_t slots) {
+    if constexpr (precomputes_prompt_keys<KV>)
+      if (const weft::kv::prompt_keys* k = held_.keys_of(id)) return kv_.allocate_prompt(id, ids, options, slots, *k);
+    return kv_.allocate_prompt(id, ids, options, slots);
   }
 
   // FastSwitch: swaps out (or recomputes) one running request of lower priority than s. False when
@@ -987,7 +1115,9 @@ class iteration_scheduler {
                                                layer_range layers = {}) {
     const slot& s = running_[i];
     if (!Phase::batches_decoded_ids || prefill > 0 || s.reported < 0) ++may_report_;
+    if (prefill == 0 && s.reported < 0) ++first_step_reports_;
     const bool emits = (decode > 0 || s.done + prefill >= s.target) && layers.reaches_output();
+    if (emits && s.generated == 0 && s.req.n > 1) ++spawning_;
     batch_.entries.push_back({s.id, s.client, prefill, decode, s.done + prefill + decode, emits,
                               decode > 0 && s.with_ids ? s.pending : -1, layers.all() ? layer_range{} : layers});
     entry_slot_.push_back(i);
@@ -1056,10 +1186,16 @@ class iteration_scheduler {
           break;
       }
     });
-    dead_ = 0;
+    dead_ = dead_at_start_;
     entry_slot_.clear();
   }
 
+  // Slots of ended requests stay in running_ (alive == false, skipped by every step) until they are
+  // an eighth of it: compacting shifts every later slot, so doing it each time a request ends would
+  // move the whole running set each iteration (slots are ~340 bytes). Order and batches are the same.
+  void maybe_compact() {
+    if (dead_ * 8 > running_.size()) compact();
+  }
   // Removes dead slots, keeping admission order, and renumbers the batch's slot indices.
   void compact() {
     if (dead_ == 0) return;  // the common iteration: nobody left
@@ -1078,10 +1214,109 @@ class iteration_scheduler {
     dead_ = 0;
   }
 
+  // ----- Parallel samples (request::n) ---------------------------------------------------------
+
+  // Finds this batch's entries that emit a parent's first token (its samples start now) into spawns_,
+  // and takes the samples' first tokens out of `decoded` and the samples that end at once (a length
+  // cap of one token) out of `finished`, checking them: one token per sample, and one for every
+  // sample of a parent that carries token ids. O(E + (D + F) * S) (S samples starting).
+  void take_sample_tokens(std::span<const decoded_token>& decoded, std::span<const request_id>& finished,
+                          const char* where) {
+    for (std::size_t k = 0; k < batch_.entries.size(); ++k) {
+      const slot& s = running_[entry_slot_[k]];
+      if (!batch_.entries[k].emits_token || s.generated != 0) continue;
+      for (const request_id c : held_.reserved_samples(s.req.id)) spawns_.push_back({k, c, 0, false, false, false, {}});
+    }
+    if (spawns_.empty()) return;
+    const auto sample = [&](request_id id) {
+      return std::find_if(spawns_.begin(), spawns_.end(), [&](const sample_start& p) { return p.child == id; });
+    };
+    main_finished_.clear();
+    for (const request_id id : finished) {
+      const auto it = sample(id);
+      if (it == spawns_.end()) {
+        main_finished_.push_back(id);
+        continue;
+      }
+      expects(!it->finished, errc::invalid_argument, where, "request ", id, " is listed as finished twice");
+      it->finished = true;
+    }
+    finished = main_finished_;
+    main_decoded_.clear();
+    for (const decoded_token& t : decoded) {
+      const auto it = sample(t.id);
+      if (it == spawns_.end()) {
+        main_decoded_.push_back(t);
+        continue;
+      }
+      expects(!it->has_token, errc::invalid_argument, where, "sample ", t.id,
+              " is given two first tokens; give one per sample");
+      it->token = t.token;
+      it->has_token = true;
+    }
+    for (const sample_start& p : spawns_) {
+      const slot& s = running_[entry_slot_[p.entry]];
+      expects(p.has_token || !with_tokens(s), errc::invalid_argument, where, "request ", s.req.id,
+              " emitted its first token and has n = ", s.req.n, " samples: complete() needs the first token of sample ",
+              p.child, " too ({", p.child, ", token} in decoded)");
+    }
+    decoded = main_decoded_;
+  }
+
+  // Starts sample p of its parent (whose state complete() has just advanced past its first token):
+  // sharing the parent's blocks (the KV fork succeeded), into the batch or, when it is full, to wait
+  // for room as fork() does; or, when the KV manager refused the sharing (a quota), as a request to
+  // prefill its prompt and first token again. Allocates nothing (room was reserved).
+  void start_sample(sample_start& p) {
+    slot& parent = running_[entry_slot_[p.entry]];
+    held_.samples_started(parent.req.id);
+    slot c = parent;  // no allocation: a running slot's tokens are empty
+    c.req.id = p.child;
+    c.req.kv_ready_tokens = c.req.prompt_tokens;  // its prompt is shared: the queue charges output only
+    c.req.n = 1;
+    c.req.sample_ids = {};
+    bind(c);
+    c.alive = true;
+    c.preemptions = 0;
+    c.fresh_count = 0;
+    c.room = 0;
+    c.group = 0;
+    if (p.has_token) c.pending = p.token;
+    c.pending_in_kv = false;
+    queue_.on_admit(c.req);
+    ++stats_.forked;
+    if (p.finished) {  // its first token was its last
+      queue_.on_finish(c.req, c.generated);
+      held_.release(c.req.id);
+      return;
+    }
+    if (p.shared) {
+      parent.room = 0;  // both share the partial last block: the next token goes through the KV manager
+      if (live_running() < phase_.max_running()) {
+        running_.push_back(std::move(c));
+        ++running_version_;
+      } else {
+        forked_.push_back(std::move(c));
+      }
+      return;
+    }
+    c.tokens = std::move(p.ids);
+    c.pending_in_kv = true;  // its first token is among the ids to prefill
+    c.target = c.req.prompt_tokens + c.generated;
+    c.done = 0;
+    c.synced = 0;
+    c.reported = -1;
+    c.groups = 1;
+    const auto pos = std::upper_bound(requeued_.begin(), requeued_.end(), c,
+                                      [](const slot& a, const slot& b) { return rank(a) > rank(b); });
+    requeued_.insert(pos, std::move(c));
+  }
+
   bool fork_impl(request_id parent, request_id child, const token_id* first_token) {
     constexpr const char* where = "weft::sched::iteration_scheduler::fork";
     expects(batch_.entries.empty(), errc::precondition, where, "a batch is in flight; call complete() first");
-    const auto it = std::find_if(running_.begin(), running_.end(), [&](const slot& s) { return s.req.id == parent; });
+    const auto it =
+        std::find_if(running_.begin(), running_.end(), [&](const slot& s) { return s.alive && s.req.id == parent; });
     expects(it != running_.end(), errc::not_found, where, "request ", parent,
             " is not running (waiting, swapped out, finished or unknown)");
     expects(child.valid(), errc::invalid_argument, where, "child id is invalid()");
@@ -1106,6 +1341,8 @@ class iteration_scheduler {
     slot parent_before = running_[p];
     detail::reserve_more(park ? forked_ : running_, 1);
     held_.share(parent, c.req);  // the child views the parent's prompt copy
+    c.req.n = 1;                 // a sample of its own, with no samples
+    c.req.sample_ids = {};
     kv_.begin_transaction();
     bool ok = false;
     try {
@@ -1194,6 +1431,9 @@ class iteration_scheduler {
   std::vector<char> is_done_;
   std::vector<std::size_t> token_at_;  // complete(): entry k's index in decoded (detail::no_token: none)
   std::vector<std::pair<request_id, std::size_t>> sorted_;
+  std::vector<sample_start> spawns_;
+  std::vector<decoded_token> main_decoded_;
+  std::vector<request_id> main_finished_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
   std::vector<std::size_t> order_;  // arrival-order steps: live running indices by (arrival, id)
@@ -1202,11 +1442,17 @@ class iteration_scheduler {
   std::uint64_t running_version_ = 0, head_version_ = ~std::uint64_t{0};
   std::size_t head_cache_ = 0;
   std::size_t may_report_ = 0;  // entries of the batch that may report computed KV at complete()
+  // Decode entries that are a request's first step (reported < 0: they report at complete()); drop_entry
+  // leaves the count as it was (over-counting only makes complete() visit every entry).
+  std::size_t first_step_reports_ = 0;
+  std::size_t spawning_ = 0;  // entries that emit the first token of a request with n > 1 (over-counted at most)
   std::vector<token_id> ids_scratch_;
   std::vector<std::pair<request, std::int64_t>> deferred_finish_;
   std::int64_t budget_ = 0;
   std::size_t head_ = 0;
+  // Slots in running_ whose request ended or left (alive == false; see maybe_compact).
   std::size_t dead_ = 0;
+  std::size_t dead_at_start_ = 0;  // dead_ when schedule() began: what roll_back() restores
 };
 
 }  // namespace weft::sched

@@ -55,6 +55,12 @@ struct request {
   std::uint64_t cache_salt = 0;  ///< prefix-cache namespace (0: shared with every unsalted request)
   std::uint64_t adapter_id = 0;  ///< LoRA adapter (0: base model); part of every block's key
   std::span<const weft::kv::multimodal_item> media{};  ///< multimodal items in the prompt, sorted by offset
+  /// Parallel samples (vLLM's SamplingParams.n): at the request's first token the batch scheduler
+  /// starts n - 1 more sequences from its prompt, sharing the prompt's KV blocks (forks), under the
+  /// ids in sample_ids; the engine samples n first tokens then (its own and one per sample id) and
+  /// reports each sample's tokens under its own id from then on. >= 1.
+  int n = 1;
+  std::span<const request_id> sample_ids{};  ///< ids of the other n - 1 samples (a view, as prompt is)
 };
 
 /// Throws weft::error(invalid_argument) naming the field and the rule when r is not a valid
@@ -90,6 +96,19 @@ inline void validate(const request& r, const char* where) {
           ": prefix_tokens must be in [0, prompt_tokens=", r.prompt_tokens, "], got ", r.prefix_tokens);
   expects(r.kv_ready_tokens >= 0 && r.kv_ready_tokens <= r.prompt_tokens, errc::invalid_argument, where, "request ",
           r.id, ": kv_ready_tokens must be in [0, prompt_tokens=", r.prompt_tokens, "], got ", r.kv_ready_tokens);
+  expects(r.n >= 1, errc::invalid_argument, where, "request ", r.id, ": n (parallel samples) must be >= 1, got ", r.n);
+  expects(std::cmp_equal(r.sample_ids.size(), r.n - 1), errc::invalid_argument, where, "request ", r.id, ": n is ", r.n,
+          " so sample_ids must hold ", r.n - 1, " ids (one per other sample), got ", r.sample_ids.size());
+  for (std::size_t i = 0; i < r.sample_ids.size(); ++i) {
+    const request_id c = r.sample_ids[i];
+    expects(c.valid() && c != r.id, errc::invalid_argument, where, "request ", r.id, ": sample id ", i, " (", c,
+            ") must be valid and differ from the request's own id");
+    for (std::size_t j = 0; j < i; ++j)
+      expects(r.sample_ids[j] != c, errc::invalid_argument, where, "request ", r.id, ": sample id ", c,
+              " is listed twice");
+  }
+  expects(r.n == 1 || r.kv_ready_tokens == 0, errc::unsupported, where, "request ", r.id,
+          ": n > 1 needs the request's first token sampled here, so kv_ready_tokens must be 0");
   expects(r.ttft_slo_s >= 0.0 && r.tpot_slo_s >= 0.0, errc::invalid_argument, where, "request ", r.id,
           ": SLOs must be >= 0, got ttft ", r.ttft_slo_s, " tpot ", r.tpot_slo_s);
 }

@@ -1,11 +1,12 @@
 // The parts of submit() every weft batch scheduler shares: the store of the requests it holds (their
 // ids, and its own copies of their prompt ids and media, so an engine may free its buffers once
 // submit() returned), the checks a new request must pass, the block count its prompt and first output
-// token need (overflow-proof), and the all-or-nothing push into the store and the queue.
+// token need (overflow-proof), the sample ids of a request with n > 1 held until its samples start.
 #pragma once
 
 #include <weft/core/checked.hpp>
 #include <weft/core/error.hpp>
+#include <weft/kv/types.hpp>
 #include <weft/sched/request.hpp>
 #include <weft/sched/scheduler_options.hpp>  // scheduler_stats
 
@@ -31,12 +32,16 @@ class request_store {
 
   /// r, viewing this store's copies of its prompt ids and media; its id is recorded. Strong
   /// guarantee (bad_alloc changes nothing). O(prompt + media).
-  request adopt(const request& r) {
+  /// `keys`: the KV manager's keys of the prompt's full blocks (weft::kv::prompt_keys), kept with the
+  /// copy so admission does not hash the prompt (empty when the KV manager does not compute them).
+  request adopt(const request& r, weft::kv::prompt_keys keys = {}) {
     entry e;
-    if (!r.prompt.empty() || !r.media.empty()) {
+    if (!r.prompt.empty() || !r.media.empty() || !r.sample_ids.empty()) {
       auto copy = std::make_shared<stored>();
       copy->prompt.assign(r.prompt.begin(), r.prompt.end());
       copy->media.assign(r.media.begin(), r.media.end());
+      copy->sample_ids.assign(r.sample_ids.begin(), r.sample_ids.end());
+      copy->keys = std::move(keys);
       e.copy = std::move(copy);
     }
     request out = r;
@@ -52,8 +57,61 @@ class request_store {
     view(child, e);
     held_.emplace(child.id, std::move(e));
   }
+  /// The prompt keys stored with id's copy, or null (unknown id, none stored). O(1) expected.
+  const weft::kv::prompt_keys* keys_of(request_id id) const noexcept {
+    const auto it = held_.find(id);
+    if (it == held_.end() || !it->second.copy || it->second.copy->keys.tokens == 0) return nullptr;
+    return &it->second.copy->keys;
+  }
+  /// keys_of(r.id) when r views this store's copy of its prompt (a request the scheduler handed out),
+  /// else null. O(1) expected.
+  const weft::kv::prompt_keys* keys_for(const request& r) const noexcept {
+    const weft::kv::prompt_keys* k = keys_of(r.id);
+    return k != nullptr && held_.find(r.id)->second.copy->prompt.data() == r.prompt.data() ? k : nullptr;
+  }
   /// Forgets id; its copies go when no fork shares them. Unknown ids are ignored. O(1) expected.
   void release(request_id id) noexcept { held_.erase(id); }
+
+  /// Holds the sample ids of request `parent` (request::n > 1) until its samples start, so no other
+  /// request can take them meanwhile. Throws weft::error (already_exists), changing nothing, when one
+  /// is held already. Strong guarantee. O(n) expected.
+  void reserve_samples(request_id parent, const char* where) {
+    const entry& p = held_.at(parent);
+    if (!p.copy || p.copy->sample_ids.empty()) return;
+    for (const request_id c : p.copy->sample_ids)
+      expects(!held_.contains(c), errc::already_exists, where, "request ", parent, ": sample id ", c,
+              " is already in this scheduler; request ids must be unique");
+    std::size_t done = 0;
+    try {
+      for (const request_id c : p.copy->sample_ids) {
+        held_.emplace(c, entry{p.copy, false, false});
+        ++done;
+      }
+    } catch (...) {
+      for (std::size_t i = 0; i < done; ++i) held_.erase(p.copy->sample_ids[i]);
+      throw;
+    }
+    held_.at(parent).samples_reserved = true;
+  }
+  /// The sample ids of `parent` while they are reserved (its samples have not started), else empty.
+  /// O(1) expected.
+  std::span<const request_id> reserved_samples(request_id parent) const noexcept {
+    const auto it = held_.find(parent);
+    if (it == held_.end() || !it->second.samples_reserved) return {};
+    return it->second.copy->sample_ids;
+  }
+  /// Parent's samples started: their ids are theirs now. O(1) expected.
+  void samples_started(request_id parent) noexcept {
+    const auto it = held_.find(parent);
+    if (it != held_.end()) it->second.samples_reserved = false;
+  }
+  /// Frees the sample ids of a parent that ends before its samples started. O(n) expected.
+  void release_samples(request_id parent) noexcept {
+    const auto it = held_.find(parent);
+    if (it == held_.end() || !it->second.samples_reserved) return;
+    it->second.samples_reserved = false;
+    for (const request_id c : it->second.copy->sample_ids) held_.erase(c);
+  }
 
   /// Marks a request that waits inside the Queue as cancelled (see the class comment). O(1) expected.
   void mark_cancelled(request_id id) noexcept {
@@ -73,6 +131,8 @@ class request_store {
   void drop_cancelled(request_id id) noexcept {
     auto it = held_.find(id);
     if (it == held_.end() || !it->second.cancelled) return;
+    release_samples(id);
+    it = held_.find(id);
     held_.erase(it);
     --cancelled_;
   }
@@ -83,15 +143,19 @@ class request_store {
   struct stored {
     std::vector<token_id> prompt;
     std::vector<weft::kv::multimodal_item> media;
+    std::vector<request_id> sample_ids;  // request::n > 1: the other samples' ids
+    weft::kv::prompt_keys keys;          // tokens == 0: none
   };
   struct entry {
     std::shared_ptr<const stored> copy;  // null for a request with neither ids nor media
     bool cancelled = false;
+    bool samples_reserved = false;  // a parent whose sample ids are held for samples not started yet
   };
   static void view(request& r, const entry& e) noexcept {
     r.prompt = e.copy ? std::span<const token_id>(e.copy->prompt) : std::span<const token_id>();
     r.media = e.copy ? std::span<const weft::kv::multimodal_item>(e.copy->media)
                      : std::span<const weft::kv::multimodal_item>();
+    r.sample_ids = e.copy ? std::span<const request_id>(e.copy->sample_ids) : std::span<const request_id>();
   }
   std::unordered_map<request_id, entry> held_;
   std::size_t cancelled_ = 0;
@@ -129,19 +193,6 @@ std::uint64_t blocks_to_first_token(const request& r, Block block_size, const ch
 template <class KV>
 bool fits_device_cache(const request& r, const KV& kv, const char* where) {
   return blocks_to_first_token(r, kv.block_size(), where) <= kv.usable_blocks();
-}
-
-/// Stores r (the scheduler's copy of its ids and media) and pushes the stored request into the queue;
-/// if the push throws, r is forgotten again (the scheduler is unchanged). O(prompt + queue push).
-template <class Queue>
-void enqueue_new(request_store& held, Queue& queue, const request& r, double now) {
-  const request stored = held.adopt(r);
-  try {
-    queue.push(stored, now);
-  } catch (...) {
-    held.release(r.id);
-    throw;
-  }
 }
 
 /// Counts one admission of r that found `cached` prompt tokens in the prefix cache: a first one, or a
