@@ -160,9 +160,8 @@ int main(int argc, char** argv) {
   const std::string tag = std::to_string(::getpid());
   std::uint16_t port = 0;
   {
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::acceptor a(io, boost::asio::ip::tcp::endpoint(boost::asio::ip::address_v4::loopback(), 0));
-    port = a.local_endpoint().port();
+    auto fd = wc::detail::listen_tcp(*wc::detail::parse_ipv4("127.0.0.1"), 0, "bench");
+    port = wc::detail::local_port(fd.get());
   }
   const auto res = wc::fork_ranks(
       f.ranks,

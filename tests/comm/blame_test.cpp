@@ -30,9 +30,8 @@ using namespace std::chrono_literals;
 namespace {
 
 std::uint16_t free_port() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor a(io, boost::asio::ip::tcp::endpoint(boost::asio::ip::address_v4::loopback(), 0));
-  return a.local_endpoint().port();
+  auto fd = weft::comm::detail::listen_tcp(*weft::comm::detail::parse_ipv4("127.0.0.1"), 0, "free_port");
+  return weft::comm::detail::local_port(fd.get());
 }
 
 template <class Tr>

@@ -15,9 +15,8 @@ namespace wc = weft::comm;
 namespace {
 // A port the kernel just handed out, so parallel test runs do not collide.
 std::uint16_t free_port() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor a(io, boost::asio::ip::tcp::endpoint(boost::asio::ip::address_v4::loopback(), 0));
-  return a.local_endpoint().port();
+  auto fd = weft::comm::detail::listen_tcp(*weft::comm::detail::parse_ipv4("127.0.0.1"), 0, "free_port");
+  return weft::comm::detail::local_port(fd.get());
 }
 }  // namespace
 
