@@ -1,7 +1,9 @@
-// The elastic group's data plane (elastic::mesh_transport, rebuilt every membership epoch) beside
-// comm's tcp_transport, both in the same forked processes on loopback, the same ring allreduce,
-// the same sizes, batches alternating between the two so both see the same machine. Prints per
-// size the busbw of each (median and min-max over the batches) and the ratio mesh / tcp.
+// The elastic group's data plane (elastic::mesh_transport: comm's stream engine rebuilt every
+// membership epoch) beside comm's tcp_transport, both in the same forked processes on loopback, the
+// same sizes, batches alternating between the two so both see the same machine. Two workloads: the
+// ring allreduce (busbw) and a point-to-point shift (every rank sends the message to the next rank
+// and receives one from the previous, one sendrecv: GB/s per rank, every link busy). Prints per
+// size and workload the median and min-max over the batches and the ratio mesh / tcp (of medians).
 // Usage: bench_comm_elastic_mesh [--ranks N] [--min B] [--max B] [--iters I] [--reps R] [--out f.csv]
 #include "common.hpp"
 
@@ -40,6 +42,26 @@ double busbw(std::size_t bytes, double seconds, int n) {
   return static_cast<double>(bytes) / seconds / 1e9 * 2.0 * (n - 1) / n;
 }
 
+// Seconds per shift: this rank sends `out` to the next rank and receives `in` from the previous.
+template <class Tr>
+double shift_seconds(Tr& t, std::span<const std::byte> out, std::span<std::byte> in, int iters) {
+  const int n = t.size(), r = t.rank();
+  const auto until = wc::clock_type::now() + std::chrono::minutes(2);
+  wc::barrier(t);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) t.sendrecv((r + 1) % n, out, (r + n - 1) % n, in, wc::msg_tag{0x5417u, 0}, until);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+void print_line(std::size_t bytes, const char* what, const std::vector<double>& tcp, const std::vector<double>& mesh) {
+  const auto [tmin, tmax] = std::minmax_element(tcp.begin(), tcp.end());
+  const auto [mmin, mmax] = std::minmax_element(mesh.begin(), mesh.end());
+  const double tmed = bench::median(tcp), mmed = bench::median(mesh);
+  std::printf("%10zu  %-9s  %7.3f [%7.3f-%7.3f]     %7.3f [%7.3f-%7.3f]     %.3f\n", bytes, what, tmed, *tmin, *tmax,
+              mmed, *mmin, *mmax, mmed / tmed);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,32 +97,42 @@ int main(int argc, char** argv) {
         group.sync();
         auto& mesh = group.transport();
         std::vector<float> buf(f.max_bytes / sizeof(float), 1.0f);
+        std::vector<std::byte> shift_in(f.max_bytes);
         if (r == 0)
           std::printf(
-              "# %d ranks, ring allreduce, %d allreduces per batch, %d batches per transport, alternating\n"
-              "%10s  %-28s  %-28s  %s\n",
-              n, f.iters, f.reps, "bytes", "tcp_transport busbw GB/s", "elastic mesh busbw GB/s", "mesh/tcp (medians)");
+              "# %d ranks on loopback, %d calls per batch, %d batches per transport and workload, alternating\n"
+              "# allreduce: ring, busbw GB/s; shift: sendrecv to the next rank / from the previous, GB/s per rank\n"
+              "%10s  %-9s  %-28s  %-28s  %s\n",
+              n, f.iters, f.reps, "bytes", "workload", "tcp_transport median [min-max]",
+              "elastic mesh median [min-max]", "mesh/tcp");
         for (std::size_t bytes : bench::sizes(f)) {
           std::span<float> data(buf.data(), bytes / sizeof(float));
-          std::vector<double> tcp_bw, mesh_bw;
+          const auto out = std::as_bytes(data);
+          const std::span<std::byte> in(shift_in.data(), bytes);
+          std::vector<double> tcp_bw, mesh_bw, tcp_shift, mesh_shift;
           batch_seconds(tcp, data, 1);  // warm-up
           batch_seconds(mesh, data, 1);
           for (int rep = 0; rep < f.reps; ++rep) {
             tcp_bw.push_back(busbw(bytes, batch_seconds(tcp, data, f.iters), n));
             mesh_bw.push_back(busbw(bytes, batch_seconds(mesh, data, f.iters), n));
+            if (n < 2) continue;
+            tcp_shift.push_back(static_cast<double>(bytes) / shift_seconds(tcp, out, in, f.iters) / 1e9);
+            mesh_shift.push_back(static_cast<double>(bytes) / shift_seconds(mesh, out, in, f.iters) / 1e9);
           }
           if (r != 0) continue;
-          const auto [tmin, tmax] = std::minmax_element(tcp_bw.begin(), tcp_bw.end());
-          const auto [mmin, mmax] = std::minmax_element(mesh_bw.begin(), mesh_bw.end());
-          const double tmed = bench::median(tcp_bw), mmed = bench::median(mesh_bw);
-          std::printf("%10zu  %7.3f [%7.3f-%7.3f]     %7.3f [%7.3f-%7.3f]     %.3f\n", bytes, tmed, *tmin, *tmax, mmed,
-                      *mmin, *mmax, mmed / tmed);
-          std::fflush(stdout);
+          print_line(bytes, "allreduce", tcp_bw, mesh_bw);
+          if (n >= 2) print_line(bytes, "shift", tcp_shift, mesh_shift);
           if (!f.out.empty()) {
-            const double tsec = static_cast<double>(bytes) * 2.0 * (n - 1) / n / (tmed * 1e9);
-            const double msec = static_cast<double>(bytes) * 2.0 * (n - 1) / n / (mmed * 1e9);
+            const double tsec = static_cast<double>(bytes) * 2.0 * (n - 1) / n / (bench::median(tcp_bw) * 1e9);
+            const double msec = static_cast<double>(bytes) * 2.0 * (n - 1) / n / (bench::median(mesh_bw) * 1e9);
             bench::row(f, "weft", "tcp", "ring", bytes, tsec);
             bench::row(f, "elastic", "mesh", "ring", bytes, msec);
+            if (n >= 2) {
+              bench::row(f, "weft", "tcp", "shift", bytes,
+                         static_cast<double>(bytes) / (bench::median(tcp_shift) * 1e9), false);
+              bench::row(f, "elastic", "mesh", "shift", bytes,
+                         static_cast<double>(bytes) / (bench::median(mesh_shift) * 1e9), false);
+            }
           }
         }
       },

@@ -164,6 +164,18 @@ TEST_CASE("matcher: a frame that disagrees with its receive fails it, naming the
   CHECK(r.is_done());
   CHECK(r.failed.load());
 
+  // The same message split another way (the ranks' connections or stripe_min differ).
+  wd::recv_request rs;
+  aim(rs, 3, buf);
+  REQUIRE_FALSE(m.post(rs));
+  auto split = m.arrive(wd::frame_facts{3, 0, 7, 16, 8}, 1);
+  CHECK(split.target == nullptr);
+  REQUIRE(split.mismatch);
+  CHECK(split.mismatch->field == "message split");
+  CHECK(split.mismatch->here == "16");
+  CHECK(split.mismatch->there == "8");
+  CHECK(rs.failed.load());
+
   // Another check word, found when a later receive takes a kept frame: reported by post().
   deliver(m, 2, 16, 1, /*check=*/8);
   wd::recv_request r2;

@@ -169,6 +169,27 @@ TEST_CASE("handshake: malformed hellos fail before any allocation they announce"
     CHECK(s.failure().find("version 99") != std::string::npos);
     CHECK_FALSE(s.output().empty());
   }
+  SECTION("a peer of the previous wire version is refused at the handshake, on every kind, either side") {
+    // Version 5's elastic mesh spoke frames of its own; 6 runs it on the stream engine's frames.
+    const std::string why = "the peer speaks weft wire version " + std::to_string(wd::wire_version - 1) +
+                            ", this process " + std::to_string(wd::wire_version);
+    for (auto kind : {wd::conn_kind::rendezvous, wd::conn_kind::tcp_mesh, wd::conn_kind::coordinator,
+                      wd::conn_kind::elastic_mesh}) {
+      INFO("kind " << static_cast<int>(kind));
+      auto old = wd::encode_hello(kind, false, ident(1, "abc"), {});
+      old[4] = static_cast<std::byte>((wd::wire_version - 1) & 0xff);  // u16 version, little-endian
+      old[5] = static_cast<std::byte>((wd::wire_version - 1) >> 8);
+      handshake s(handshake::role::server, kind, ident(0), none, nullptr);
+      s.consume(old);
+      CHECK(s.state() == handshake::status::failed);
+      CHECK(s.failure() == why);
+      // An old server answering a new client: the client refuses it too.
+      handshake c(handshake::role::client, kind, ident(2, "new"), none, nullptr);
+      c.consume(old);
+      CHECK(c.state() == handshake::status::failed);
+      CHECK(c.failure() == why);
+    }
+  }
   SECTION("a name with a space or a control byte") {
     hello[wd::hello_fixed_bytes + 1] = std::byte{' '};
     handshake s(handshake::role::server, wd::conn_kind::tcp_mesh, ident(0), none, nullptr);

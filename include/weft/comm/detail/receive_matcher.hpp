@@ -83,7 +83,15 @@ inline std::optional<fault> check_frame(const recv_request& r, const frame_facts
                  std::to_string(peer) + ")";
     return out;
   }
-  if (f.total != r.total || f.piece != r.len) {
+  if (f.total == r.total && f.piece != r.len) {  // the same message, split another way
+    out.field = "message split";
+    out.here = std::to_string(r.len);
+    out.there = std::to_string(f.piece);
+    out.detail = concat("a message of ", r.total, " bytes arrives in pieces of ", f.piece, " bytes from rank ", peer,
+                        ", this rank expects ", r.len, " (the ranks' connections or stripe_min differ)");
+    return out;
+  }
+  if (f.total != r.total) {
     out.field = "message bytes";
     out.here = std::to_string(r.total);
     out.there = std::to_string(f.total);

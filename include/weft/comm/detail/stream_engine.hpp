@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -41,6 +42,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <sched.h>
@@ -74,6 +76,9 @@ struct engine_config {
   /// How long a rank whose peer's stream broke keeps reading the other streams for that peer's
   /// abort frame (which says why it left) before it reports the broken stream itself.
   std::chrono::milliseconds drain_window{100};
+  /// How errors name each rank beside its number (an elastic member's name: "peer 2" is "w2");
+  /// empty, or one name per rank.
+  std::vector<std::string> rank_names{};
 };
 
 /// Cores this process may run on (its affinity mask). O(1).
@@ -182,14 +187,14 @@ class small_array {
 template <stream_link Link>
 class stream_engine {
  public:
-  stream_engine(Link& link, int rank, int size, int conns, std::size_t stripe_min, const char* name,
+  stream_engine(Link& link, int rank, int size, int conns, std::size_t stripe_min, std::string name,
                 engine_config cfg = {})
       : link_(link),
         rank_(rank),
         size_(size),
         conns_(conns),
         stripe_min_(stripe_min),
-        name_(name),
+        name_(std::move(name)),
         cfg_(cfg),
         mode_(resolve_wait_mode(cfg.waiting.mode, cfg.local_ranks > 0 ? cfg.local_ranks : size, cfg.local_cores)),
         poll_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(mode_ == wait_mode::yield ? cfg.waiting.yield
@@ -252,8 +257,8 @@ class stream_engine {
     {
       std::lock_guard lock(desc_mutex_);
       for (int q : members)  // every member checked before anything changes
-        expects(q >= 0 && q < size_, errc::invalid_argument, name_, "rank ", rank_, " begin_collective: member ", q,
-                " is not a rank in [0, ", size_, ")");
+        expects(q >= 0 && q < size_, errc::invalid_argument, name_.c_str(), "rank ", rank_,
+                " begin_collective: member ", q, " is not a rank in [0, ", size_, ")");
       auto each = [&](int q) {
         if (q == rank_) return;
         auto& pc = book_[static_cast<std::size_t>(q)][channel];
@@ -462,8 +467,8 @@ class stream_engine {
   int pieces_for(std::size_t total) const { return total >= stripe_min_ ? conns_ : 1; }
 
   void check_peer(int peer, const char* what) const {
-    expects(peer >= 0 && peer < size_ && peer != rank_, errc::invalid_argument, name_, "rank ", rank_, " ", what,
-            ": peer ", peer, " must be another rank in [0, ", size_, ")");
+    expects(peer >= 0 && peer < size_ && peer != rank_, errc::invalid_argument, name_.c_str(), "rank ", rank_, " ",
+            what, ": peer ", peer, " must be another rank in [0, ", size_, ")");
   }
 
   static void close_rx(rx_state& rx, const fault& f) { rx.match.close(f); }
@@ -791,6 +796,22 @@ class stream_engine {
     if (first) link_.on_abort(why);
   }
 
+  // " [members: 0 (w0), 2 (w2)]": the names of the ranks an error mentions, when the engine was
+  // given names (cfg_.rank_names); "" otherwise. Each rank once, in the order given; -1 skipped.
+  // (Not "rank 2 (w2)": render() looks for "rank <blamed>" in the words to decide whether to add
+  // who is held responsible.)
+  std::string name_ranks(std::initializer_list<int> ranks) const {
+    if (cfg_.rank_names.size() != static_cast<std::size_t>(size_)) return {};
+    std::string out;
+    std::vector<int> seen;
+    for (int r : ranks) {
+      if (r < 0 || r >= size_ || std::find(seen.begin(), seen.end(), r) != seen.end()) continue;
+      seen.push_back(r);
+      out += concat(out.empty() ? " [members: " : ", ", r, " (", cfg_.rank_names[static_cast<std::size_t>(r)], ")");
+    }
+    return out.empty() ? out : out + "]";
+  }
+
   // Turns the group's failure into this thread's comm_error: sends this rank's status, resolves
   // whom to blame when the failure does not say, shuts the link, throws. Called with no locks held.
   [[noreturn]] void raise_group(const char* op, int dst, int src, msg_tag tag, int waiting_on) {
@@ -851,6 +872,7 @@ class stream_engine {
     if (g.blamed < 0 && blamed >= 0 && blamed != rank_)
       info.detail += concat(" (rank ", blamed, " did not make progress: the others were waiting on it",
                             info.waiting_on.empty() ? "" : ", as they reported", ")");
+    info.detail += name_ranks({rank_, info.peer, blamed, g.origin});
     throw comm_error(code, name_, std::move(info));
   }
 
@@ -1182,8 +1204,8 @@ class stream_engine {
     f.code = errc::timeout;
     f.channel = x.tag.channel;
     f.sequence = x.rseq;
-    f.detail = concat("deadline passed with ", sent, " of ", x.out.size(), " bytes sent and ", got, " of ", x.in.size(),
-                      " bytes received (waiting on rank ", x.waiting_on, ")");
+    f.detail = concat("not done before the deadline: ", sent, " of ", x.out.size(), " bytes sent and ", got, " of ",
+                      x.in.size(), " bytes received (waiting on rank ", x.waiting_on, ")");
     x.failure = f;
     return false;
   }
@@ -1261,6 +1283,18 @@ class stream_engine {
     }
   }
 
+  // True when every stream from `peer` has ended (closed: its end of stream, an error, or a
+  // protocol violation). A stream another thread is pumping counts as open.
+  bool streams_ended(int peer) {
+    if (peer < 0 || peer >= size_ || peer == rank_) return true;
+    for (int k = 0; k < conns_; ++k) {
+      auto& rx = *rx_[index(peer, k)];
+      std::unique_lock lock(rx.m, std::try_to_lock);
+      if (!lock.owns_lock() || !rx.match.closed()) return false;
+    }
+    return true;
+  }
+
   // The exchange failed (write locks released): a quiet timeout of a point-to-point call that moved
   // nothing, else the group's failure on every rank.
   [[noreturn]] void fail_exchange(exchange_state& x, const char* op) {
@@ -1282,16 +1316,19 @@ class stream_engine {
         info.channel = x.tag.channel;
         info.check = x.tag.check;
         info.operation = op;
-        info.detail = x.failure->detail;
+        info.detail = x.failure->detail + name_ranks({rank_, x.waiting_on});
         throw comm_error(errc::timeout, name_, std::move(info));
       }
     }
     if (x.failure) {
       if (x.failure->code == errc::peer_failure && x.failure->blamed >= 0) {
         // A peer that aborts sends its reason, then closes: a write can fail before the reason is
-        // read. Drain briefly so the report says why, not just "closed".
+        // read. Drain briefly so the report says why, not just "closed" — until every stream from
+        // that peer has ended (its reason, if it sent one, came before the end: a peer that
+        // crashed or left sent none, and waiting longer would only delay the failure).
         const deadline limit = clock_type::now() + cfg_.drain_window;
-        while (!failed_.load(std::memory_order_acquire) && clock_type::now() < limit)
+        while (!failed_.load(std::memory_order_acquire) && clock_type::now() < limit &&
+               !streams_ended(x.failure->blamed))
           pump_or_sleep(std::min(limit, clock_type::now() + std::chrono::milliseconds(2)));
       }
       record_failure(*x.failure);
@@ -1301,7 +1338,7 @@ class stream_engine {
   Link& link_;
   int rank_, size_, conns_;
   std::size_t stripe_min_;
-  const char* name_;
+  std::string name_;
   engine_config cfg_;
   wait_mode mode_;
   std::atomic<std::int64_t> poll_ns_;

@@ -3,8 +3,9 @@
 // allocation, a pointer or a rank. Two layers share the version:
 //   - the connection handshake (handshake.hpp): magic, version, kind, identity, nonces and, with a
 //     job secret, HMAC-SHA256 challenge-response, run before a connection carries any data;
-//   - the data frames of the stream engine (stream_engine.hpp): a fixed header per piece, bounded
-//     lengths, and a collective descriptor on the first message of every collective.
+//   - the data frames of the stream engine (stream_engine.hpp), on every shm ring, tcp connection
+//     and elastic mesh connection: a fixed header per piece, bounded lengths, and a collective
+//     descriptor on the first message of every collective.
 // docs/comm.md ("Wire format") documents both for people who write a peer in another language.
 #pragma once
 
@@ -17,8 +18,9 @@ namespace weft::comm::detail {
 /// "weft" in ASCII, first on every connection and every frame header of weft::comm.
 inline constexpr std::uint32_t wire_magic = 0x77656674u;
 /// Bumped whenever a handshake or frame layout changes; peers of different versions refuse each
-/// other with a clear error instead of misreading bytes.
-inline constexpr std::uint16_t wire_version = 5;
+/// other with a clear error instead of misreading bytes. 6: the elastic mesh carries the stream
+/// engine's frames (5 had frames of its own there).
+inline constexpr std::uint16_t wire_version = 6;
 
 /// Bounds on what a peer may make this process do. A violation closes that connection (or fails
 /// that operation) with weft::error and leaves every other connection and all state intact.

@@ -51,8 +51,8 @@ struct group_options {
   /// A handshake (with the coordinator or a member) must finish within this, or it is retried
   /// (members) or fails (the coordinator).
   std::chrono::milliseconds handshake_timeout{2'000};
-  /// Data connections per pair of members (the same in every member) and the message size from
-  /// which a message is split over them.
+  /// Data connections per pair of members and the message size from which a message is split over
+  /// them; both the same in every member (mesh_options).
   int connections = 2;
   std::size_t stripe_min = std::size_t{1} << 18;
 };

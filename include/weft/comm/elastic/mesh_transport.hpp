@@ -1,31 +1,28 @@
-// A minimal tcp full-mesh transport for one membership epoch of an elastic group: every pair of
-// members holds one connection (authenticated by weft's handshake), frames carry (channel, check,
-// length) with bounded lengths, and every wait polls all peers, so a peer that dies (connection
-// closed) or aborts is noticed wherever this rank waits.
-// POSIX sockets + poll(2); used by elastic_group until weft::comm's tcp transport can be rebuilt per epoch.
+// The data plane of one membership epoch of an elastic group: a tcp full mesh among the epoch's
+// members, formed on each member's persistent listening socket and authenticated by weft's
+// handshake, then run by the one stream engine of weft::comm (the same frames, matching, limits,
+// agreement and blame as tcp_transport), rebuilt from scratch every epoch. Also the members'
+// address type and the socket helpers the elastic group shares. POSIX sockets + poll(2).
 #pragma once
 
 #include <weft/comm/concepts.hpp>
 #include <weft/comm/detail/handshake.hpp>
 #include <weft/comm/detail/handshake_io.hpp>
 #include <weft/comm/detail/sockets.hpp>
+#include <weft/comm/detail/stream_engine.hpp>
+#include <weft/comm/detail/tcp_link.hpp>
 #include <weft/comm/detail/wire.hpp>
 #include <weft/comm/options.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
-#include <array>
+#include <cstddef>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <memory>
-#include <new>
-#include <span>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,7 +33,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 namespace weft::comm::elastic {
@@ -162,8 +158,6 @@ inline bool read_all(int fd, void* data, std::size_t n, deadline until) {
 
 /// Members one epoch may have (a count read from the coordinator above it is refused).
 inline constexpr int max_members = 1 << 16;
-/// Longest abort reason a peer may send.
-inline constexpr std::size_t max_abort_reason_bytes = 4096;
 
 /// "" when `a` is a usable member address (a name without spaces, a numeric IPv4 host, a port in
 /// [1, 65535]), else why not.
@@ -176,10 +170,14 @@ inline std::string check_member_address(const peer_address& a, const comm::detai
 }
 
 /// How a mesh uses its connections. Every member of an epoch must use the same `connections`
-/// (the handshake checks it); `stripe_min` may differ (each frame says how it was split).
+/// (the handshake checks it) and the same `stripe_min` (a message split differently fails with
+/// errc::mismatch, field "message split"), as tcp_options' must. A plain value.
 struct mesh_options {
   int connections = 2;                            ///< K connections per pair of members, in [1, 16]
   std::size_t stripe_min = std::size_t{1} << 18;  ///< messages at least this big are split over the K connections
+  /// How a blocked member waits (tcp_options::waiting has the details; automatic spins when the
+  /// epoch's members fit this process's cores, as if they all ran on this host, and yields otherwise).
+  wait_options waiting{};
 };
 
 /// "" when `p` is connection `p.index` of member j of epoch `epoch` as `members` lists it (index,
@@ -201,27 +199,27 @@ inline std::string mesh_admission(const comm::detail::peer_identity& p, int j, c
   return {};
 }
 
-/// One epoch's connections among `members` (in ring order); this process is members[me]. The
+/// One epoch's data plane among `members` (in ring order); this process is members[me]. The
 /// constructor connects K times to every lower index and accepts K connections from every higher
 /// one on `listen_fd` (borrowed, non-blocking, reused across epochs). Every connection runs weft's
 /// handshake (authenticated with `secret` when it is not empty) naming the epoch, the member
 /// index, name and instance, so stale attempts of another epoch and strangers are refused;
 /// accepted handshakes run concurrently, each with its own deadline, so idle connections cannot
-/// stop an epoch from forming. A message of at least stripe_min bytes is split into K pieces, one
-/// per connection (Gloo's and NCCL's multi-socket striping); a piece of the message a receive
-/// waits for lands straight in its buffer, other messages are kept (bounded:
-/// limits.max_unexpected_bytes per peer) until asked for; messages on one (peer, channel) arrive
-/// in order. Errors name this member, the peer (index and name), the channel and the epoch:
-/// errc::peer_failure for a closed connection, errc::timeout at the deadline, errc::aborted when a
-/// peer aborted, errc::mismatch for a message of another length/check, errc::capacity or
-/// errc::parse for frames above the limits or out of order (that peer's connections are then
-/// closed). Satisfies abortable_transport. Not thread-safe (one collective at a time). Send/recv
-/// cost O(bytes) plus one poll over all connections per wake-up; construction O(members · K)
-/// connections.
-class mesh_transport {
+/// stop an epoch from forming. Then the connections carry weft::comm's data frames through the
+/// stream engine that tcp_transport runs on (detail/stream_engine.hpp over detail/tcp_link.hpp):
+/// the same matching, limits, striping (a message of at least stripe_min bytes is split into K
+/// pieces, one per connection), collective descriptors, abort frames and blame, so every check of
+/// docs/comm.md holds here too. Errors are comm_errors whose words also name the members involved
+/// ("[members: 0 (w0), 2 (w2)]"): errc::peer_failure for a closed connection, errc::timeout at the
+/// deadline, errc::aborted when a peer aborted, errc::mismatch when members disagree about a
+/// message or a collective, errc::capacity or errc::parse for frames above the limits or malformed
+/// (a failure other than a quiet point-to-point timeout fails the epoch's mesh; the elastic group
+/// then asks for a new epoch). Satisfies concurrent_transport, abortable_transport and
+/// descriptor_checking_transport; thread-safe across channels. Send/recv cost O(bytes) through the
+/// kernel; construction O(members · K) connections.
+class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link> {
  public:
-  static constexpr bool thread_safe_channels = false;
-  static constexpr std::uint32_t abort_channel = 0xffffffffu;
+  static constexpr bool thread_safe_channels = true;
 
   mesh_transport(std::vector<peer_address> members, int me, int listen_fd, std::uint64_t epoch, deadline until,
                  const comm::detail::job_secret& secret = {}, const comm::detail::wire_limits& limits = {},
@@ -230,20 +228,20 @@ class mesh_transport {
     constexpr const char* where = "weft::comm::elastic::mesh_transport";
     validate(where);
     fds_.assign(static_cast<std::size_t>(size() * K()), -1);
-    init_state();
     comm::detail::connection_log log(label());
     try {
       for (int j = 0; j < me; ++j)
         for (int k = 0; k < K(); ++k) connect_member(j, k, secret, until);
       accept_members(listen_fd, secret, until, log);
+      start_engine();
     } catch (...) {
       close_all();
       throw;
     }
   }
   /// Adopts connections that are already up and authenticated: fds[j * K + k] is connection k to
-  /// member j (-1 for this member), and the mesh owns them from now on. For tests and fuzzing,
-  /// and for callers that form connections their own way.
+  /// member j (-1 for this member), and the mesh owns them from now on (even when this throws).
+  /// For tests and fuzzing, and for callers that form connections their own way.
   mesh_transport(std::vector<peer_address> members, int me, std::uint64_t epoch, std::vector<int> fds,
                  const comm::detail::wire_limits& limits = {}, const mesh_options& opt = {})
       : members_(std::move(members)), me_(me), epoch_(epoch), limits_(limits), opt_(opt), fds_(std::move(fds)) {
@@ -252,90 +250,32 @@ class mesh_transport {
       validate(where);
       expects(fds_.size() == members_.size() * static_cast<std::size_t>(K()), errc::invalid_argument, where,
               fds_.size(), " sockets for ", members_.size(), " members with ", K(), " connections each");
+      for (int j = 0; j < size(); ++j)
+        for (int k = 0; k < K(); ++k)
+          expects((fds_[slot(j, k)] >= 0) == (j != me_), errc::invalid_argument, where, "socket ", slot(j, k),
+                  (j == me_ ? " (this member's own) must be -1" : " must be an open connection"));
+      for (int fd : fds_)
+        if (fd >= 0) detail::set_nonblocking(fd);
+      start_engine();
     } catch (...) {
       close_all();
       throw;
     }
-    for (int& fd : fds_)
-      if (fd >= 0) detail::set_nonblocking(fd);
-    init_state();
   }
   mesh_transport(const mesh_transport&) = delete;
   mesh_transport& operator=(const mesh_transport&) = delete;
-  ~mesh_transport() { close_all(); }
+  ~mesh_transport() {
+    engine_.reset();  // the engine uses the link, the link the sockets
+    link_.reset();
+    close_all();
+  }
 
   int rank() const noexcept { return me_; }
   int size() const noexcept { return static_cast<int>(members_.size()); }
   std::uint64_t epoch() const noexcept { return epoch_; }
   const std::vector<peer_address>& members() const noexcept { return members_; }
 
-  void send(int peer, msg_tag tag, std::span<const std::byte> bytes, deadline until) {
-    check_peer(peer, "send");
-    exchange(peer, &bytes, -1, nullptr, tag, until);
-  }
-  void recv(int peer, msg_tag tag, std::span<std::byte> bytes, deadline until) {
-    check_peer(peer, "recv");
-    exchange(-1, nullptr, peer, &bytes, tag, until);
-  }
-  void sendrecv(int dst, std::span<const std::byte> out, int src, std::span<std::byte> in, msg_tag tag,
-                deadline until) {
-    check_peer(dst, "sendrecv");
-    check_peer(src, "sendrecv");
-    exchange(dst, &out, src, &in, tag, until);
-  }
-  /// Tells every peer (best effort) and fails this rank's later calls with errc::aborted.
-  void abort(std::string_view why) {
-    if (aborted_) return;
-    aborted_ = true;
-    reason_ = detail::concat(label(), " aborted: ", why);
-    if (reason_.size() > max_abort_reason_bytes) reason_.resize(max_abort_reason_bytes);
-    const auto until = clock_type::now() + std::chrono::milliseconds(200);
-    for (int j = 0; j < size(); ++j) {
-      const int fd = fds_[slot(j, 0)];
-      if (j == me_ || fd < 0) continue;
-      const frame_hdr h{abort_channel, 0, reason_.size(), 0, 1, 0};
-      if (detail::write_all(fd, &h, sizeof h, until)) detail::write_all(fd, reason_.data(), reason_.size(), until);
-    }
-  }
-
  private:
-  // On the wire before every piece (little-endian hosts; docs/comm-elastic.md): the message's
-  // channel, check and total bytes, its sequence number from this sender, how many pieces it was
-  // split into (1 or K); the connection a piece arrives on is its index.
-  struct frame_hdr {
-    std::uint32_t channel;
-    std::uint32_t check;
-    std::uint64_t total;
-    std::uint64_t seq;
-    std::uint32_t pieces;
-    std::uint32_t reserved;
-  };
-  static_assert(sizeof(frame_hdr) == 32);
-  struct message {  // a message being received, or received and not yet asked for
-    std::uint32_t channel = 0, check = 0, pieces = 1, done = 0;
-    std::uint64_t total = 0;
-    std::byte* base = nullptr;          // the posted receive's buffer, or heap
-    std::unique_ptr<std::byte[]> heap;  // when nobody waited for it yet
-    bool complete() const noexcept { return done == pieces; }
-  };
-  struct rx_state {  // per connection
-    frame_hdr h{};
-    std::size_t hdr_got = 0;
-    message* target = nullptr;  // the message this piece belongs to (null: an abort reason)
-    std::uint64_t off = 0, len = 0, got = 0;
-    std::string abort_text;
-    std::string closed;  // non-empty once the connection ended: why
-  };
-  struct posted_recv {  // the receive exchange() waits for
-    int src = -1;
-    std::uint32_t channel = 0, check = 0;
-    std::span<std::byte> buf;
-    message* direct = nullptr;  // the message being received straight into buf
-  };
-  // Messages of one sender still being received or waiting to be asked for, by sequence number;
-  // at most this many at once (a peer's own window, far above what collectives keep in flight).
-  static constexpr std::size_t max_pending_messages = 4096;
-
   static std::size_t idx(int i) noexcept { return static_cast<std::size_t>(i); }
   int K() const noexcept { return opt_.connections; }
   std::size_t slot(int j, int k) const noexcept { return idx(j) * idx(K()) + idx(k); }
@@ -356,12 +296,19 @@ class mesh_transport {
       expects(bad.empty(), errc::invalid_argument, where, bad);
     }
   }
-  void init_state() {
-    rx_.resize(fds_.size());
-    inbox_.resize(idx(size()));
-    known_.assign(idx(size()), 0);
-    next_seq_.assign(idx(size()), 0);
-    stashed_.assign(idx(size()), 0);
+  // The connections are up: the stream engine takes them over.
+  void start_engine() {
+    link_ = std::make_unique<comm::detail::tcp_link>(me_, size(), K(), "weft::comm::elastic::mesh_transport");
+    for (int j = 0; j < size(); ++j)
+      for (int k = 0; k < K(); ++k)
+        if (j != me_) link_->fd(j, k) = fds_[slot(j, k)];
+    comm::detail::engine_config cfg;
+    cfg.limits = limits_;
+    cfg.waiting = opt_.waiting;
+    for (const auto& m : members_) cfg.rank_names.push_back(m.name);
+    engine_ = std::make_unique<comm::detail::stream_engine<comm::detail::tcp_link>>(
+        *link_, me_, size(), K(), opt_.stripe_min, "weft::comm::elastic::mesh_transport (" + label() + ")",
+        std::move(cfg));
   }
   comm::detail::peer_identity identity(int k) const {
     comm::detail::peer_identity id;
@@ -396,7 +343,8 @@ class mesh_transport {
       ::close(fd);
       // The peer may still be in another epoch, or busy: retry until the deadline.
       if (clock_type::now() >= until)
-        fail(errc::timeout, j, 0, "handshake", "no handshake before the deadline: " + hs.failure());
+        weft::detail::raise(errc::timeout, where, label(), " handshake with ", who(j),
+                            ": no handshake before the deadline: ", hs.failure());
       ::poll(nullptr, 0, 5);
     }
   }
@@ -444,315 +392,6 @@ class mesh_transport {
     }
   }
 
-  [[noreturn]] void fail(errc code, int peer, std::uint32_t channel, const char* what, const std::string& why) const {
-    weft::detail::raise(code, "weft::comm::elastic::mesh_transport", label(), " ", what, " peer ", peer, " (",
-                        members_[idx(peer)].name, ") channel ", channel, ": ", why);
-  }
-  void check_peer(int peer, const char* what) const {
-    expects(peer >= 0 && peer < size() && peer != me_, errc::invalid_argument, "weft::comm::elastic::mesh_transport",
-            label(), " ", what, ": peer ", peer, " must be another member in [0, ", size(), ")");
-    if (aborted_) weft::detail::raise(errc::aborted, "weft::comm::elastic::mesh_transport", reason_);
-  }
-  // Why peer j can no longer deliver ("" while all its connections are open).
-  const std::string& closed(int j) const {
-    for (int k = 0; k < K(); ++k)
-      if (!rx_[slot(j, k)].closed.empty()) return rx_[slot(j, k)].closed;
-    static const std::string open;
-    return open;
-  }
-
-  // Closes every connection of peer j for good (its bytes can no longer be trusted) and throws.
-  [[noreturn]] void poison(int j, errc code, std::uint32_t channel, const std::string& why) {
-    for (int k = 0; k < K(); ++k) {
-      auto& s = rx_[slot(j, k)];
-      s = rx_state{};
-      s.closed = why;
-      ::shutdown(fds_[slot(j, k)], SHUT_RDWR);
-    }
-    for (auto& [seq, m] : inbox_[idx(j)])
-      if (posted_.direct == &m) posted_.direct = nullptr;
-    inbox_[idx(j)].clear();
-    stashed_[idx(j)] = 0;
-    fail(code, j, channel, "recv", why);
-  }
-
-  // The receive waiting for (src, channel) may take message `seq` straight into its buffer when it
-  // matches and no earlier message of that channel from src is pending or unknown yet.
-  bool can_take_directly(int j, std::uint64_t seq, const frame_hdr& h) const {
-    if (posted_.buf.data() == nullptr || posted_.direct != nullptr || posted_.src != j ||
-        posted_.channel != h.channel || posted_.check != h.check || posted_.buf.size() != h.total ||
-        seq > known_[idx(j)])
-      return false;
-    for (const auto& [s, m] : inbox_[idx(j)])
-      if (s < seq && m.channel == h.channel) return false;
-    return true;
-  }
-
-  // A piece header arrived on connection k of peer j: bound it, then find where its bytes go.
-  void start_piece(int j, int k, std::uint32_t waiting_channel) {
-    auto& r = rx_[slot(j, k)];
-    const frame_hdr h = r.h;
-    if (h.channel == abort_channel) {
-      if (k != 0 || h.total > max_abort_reason_bytes)
-        poison(j, errc::capacity, waiting_channel, detail::concat("an abort frame of ", h.total, " bytes"));
-      r.target = nullptr;
-      r.off = 0;
-      r.len = h.total;
-      r.abort_text.assign(static_cast<std::size_t>(h.total), '\0');
-      return;
-    }
-    if (h.total > limits_.max_message_bytes)
-      poison(j, errc::capacity, waiting_channel,
-             detail::concat("a message of ", h.total, " bytes exceeds the limit of ", limits_.max_message_bytes));
-    if ((h.pieces != 1 && h.pieces != static_cast<std::uint32_t>(K())) || static_cast<std::uint32_t>(k) >= h.pieces ||
-        h.reserved != 0)
-      poison(j, errc::parse, waiting_channel,
-             detail::concat("a frame in ", h.pieces, " pieces arrived on connection ", k, " of ", K()));
-    auto& box = inbox_[idx(j)];
-    if (k == 0) {  // connection 0 carries piece 0 of every message, in sequence
-      if (h.seq != known_[idx(j)])
-        poison(j, errc::parse, waiting_channel,
-               detail::concat("message ", h.seq, " arrived where message ", known_[idx(j)], " was due"));
-      ++known_[idx(j)];
-    } else {
-      // A later piece belongs to a message whose piece 0 arrived (and which is still pending), or
-      // to one a little ahead of connection 0.
-      const bool seen = h.seq < known_[idx(j)];
-      if (seen ? box.count(h.seq) == 0 : h.seq - known_[idx(j)] >= max_pending_messages)
-        poison(j, errc::parse, waiting_channel, detail::concat("piece ", k, " of message ", h.seq, " is out of order"));
-    }
-    auto it = box.find(h.seq);
-    if (it == box.end()) {
-      if (box.size() >= max_pending_messages)
-        poison(j, errc::capacity, waiting_channel, "too many messages nobody asked for");
-      message m;
-      m.channel = h.channel;
-      m.check = h.check;
-      m.total = h.total;
-      m.pieces = h.pieces;
-      if (can_take_directly(j, h.seq, h)) {
-        m.base = posted_.buf.data();
-      } else {
-        if (stashed_[idx(j)] + h.total > limits_.max_unexpected_bytes)
-          poison(j, errc::capacity, waiting_channel,
-                 detail::concat("the peer sent ", stashed_[idx(j)] + h.total,
-                                " bytes that no receive asked for yet, above the limit of ",
-                                limits_.max_unexpected_bytes));
-        try {
-          m.heap = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(h.total));
-        } catch (const std::bad_alloc&) {
-          poison(j, errc::capacity, waiting_channel, detail::concat("cannot buffer a message of ", h.total, " bytes"));
-        }
-        m.base = m.heap.get();
-        stashed_[idx(j)] += h.total;
-      }
-      it = box.emplace(h.seq, std::move(m)).first;
-      if (it->second.heap == nullptr) posted_.direct = &it->second;
-    } else if (it->second.channel != h.channel || it->second.check != h.check || it->second.total != h.total ||
-               it->second.pieces != h.pieces) {
-      poison(j, errc::parse, waiting_channel, detail::concat("the pieces of message ", h.seq, " disagree"));
-    }
-    const std::uint64_t chunk = h.total / h.pieces;
-    r.target = &it->second;
-    r.off = chunk * static_cast<std::uint64_t>(k);
-    r.len = static_cast<std::uint32_t>(k) + 1 == h.pieces ? h.total - r.off : chunk;
-  }
-
-  // Reads what connection k of peer j has available. A closed connection is recorded, not
-  // thrown: it fails only the calls that need that peer (messages it sent before closing are
-  // still delivered), so a member that finished a collective and left does not break the others
-  // still completing it. An abort frame throws.
-  void pump(int j, int k, std::uint32_t waiting_channel) {
-    auto& r = rx_[slot(j, k)];
-    while (r.closed.empty()) {
-      std::byte* dst;
-      std::size_t want;
-      const bool in_header = r.hdr_got < sizeof(frame_hdr);
-      if (in_header) {
-        dst = reinterpret_cast<std::byte*>(&r.h) + r.hdr_got;
-        want = sizeof(frame_hdr) - r.hdr_got;
-      } else {
-        dst = (r.target ? r.target->base + r.off : reinterpret_cast<std::byte*>(r.abort_text.data())) + r.got;
-        want = static_cast<std::size_t>(r.len - r.got);
-      }
-      if (want > 0) {
-        const ssize_t n = ::recv(fds_[slot(j, k)], dst, want, 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-          r.closed = n == 0 ? std::string("the connection was closed by the peer (it died or left)")
-                            : std::string("connection error: ") + std::strerror(errno);
-          return;
-        }
-        if (n < 0) return;
-        if (in_header) {
-          r.hdr_got += static_cast<std::size_t>(n);
-          if (r.hdr_got == sizeof(frame_hdr)) start_piece(j, k, waiting_channel);
-        } else {
-          r.got += static_cast<std::uint64_t>(n);
-        }
-      }
-      if (r.hdr_got == sizeof(frame_hdr) && r.got == r.len) {
-        if (r.target == nullptr)
-          fail(errc::aborted, j, waiting_channel, "recv", "the peer aborted the group: " + r.abort_text);
-        ++r.target->done;
-        const std::string keep = std::move(r.closed);
-        r = rx_state{};
-        r.closed = keep;
-      }
-    }
-  }
-
-  // The oldest message of `channel` from `src` (it is next in order), or null.
-  message* oldest(int src, std::uint32_t channel, std::uint64_t* seq_out) {
-    for (auto& [seq, m] : inbox_[idx(src)])
-      if (m.channel == channel) {
-        *seq_out = seq;
-        return &m;
-      }
-    return nullptr;
-  }
-
-  // A receive that ends (returns or throws) while its message is half-read into the caller's
-  // buffer moves the part read so far into a buffer of its own, so later bytes never land in
-  // memory the caller took back.
-  void unpost() noexcept {
-    if (message* m = posted_.direct) {
-      try {
-        m->heap = std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(m->total));
-        if (m->total > 0) std::memcpy(m->heap.get(), m->base, static_cast<std::size_t>(m->total));
-        m->base = m->heap.get();
-        stashed_[idx(posted_.src)] += m->total;
-      } catch (...) {
-        for (int k = 0; k < K(); ++k) {  // cannot keep it: that peer's stream is lost
-          auto& r = rx_[slot(posted_.src, k)];
-          r = rx_state{};
-          r.closed = "a receive was abandoned and its message could not be buffered";
-          ::shutdown(fds_[slot(posted_.src, k)], SHUT_RDWR);
-        }
-        inbox_[idx(posted_.src)].clear();
-      }
-    }
-    posted_ = posted_recv{};
-  }
-
-  // Sends *out to dst and/or receives *in from src, pumping every connection while it waits.
-  void exchange(int dst, const std::span<const std::byte>* out, int src, std::span<std::byte>* in, msg_tag tag,
-                deadline until) {
-    // The outgoing message: one piece, or K for a large one.
-    std::uint32_t pieces = 0;
-    std::uint64_t chunk = 0, total = 0;
-    std::array<std::uint64_t, 16> sent{};  // bytes of piece k sent, header included
-    frame_hdr h{};
-    if (out) {
-      total = out->size();
-      pieces = (K() > 1 && total >= opt_.stripe_min) ? static_cast<std::uint32_t>(K()) : 1;
-      chunk = total / pieces;
-      h = frame_hdr{tag.channel, tag.check, total, next_seq_[idx(dst)]++, pieces, 0};
-    }
-    auto piece_len = [&](std::uint32_t k) { return k + 1 == pieces ? total - chunk * k : chunk; };
-    auto all_sent = [&] {
-      for (std::uint32_t k = 0; k < pieces; ++k)
-        if (sent[k] < sizeof h + piece_len(k)) return false;
-      return true;
-    };
-    if (in) posted_ = posted_recv{src, tag.channel, tag.check, *in, nullptr};
-    struct unposter {
-      mesh_transport* m;
-      ~unposter() {
-        if (m) m->unpost();
-      }
-    } guard{in ? this : nullptr};
-    std::vector<pollfd> polls;
-    std::vector<std::pair<int, int>> who_polled;
-    for (;;) {
-      const bool sent_all = all_sent();
-      if (in && sent_all) {
-        std::uint64_t seq = 0;
-        if (message* m = oldest(src, tag.channel, &seq); m != nullptr && m->complete()) {
-          const bool direct = m == posted_.direct;
-          posted_.direct = nullptr;
-          if (!direct) {
-            stashed_[idx(src)] -= m->total;
-            if (m->check != tag.check) {
-              const auto theirs = m->check;
-              inbox_[idx(src)].erase(seq);
-              fail(errc::mismatch, src, tag.channel, "recv",
-                   "the members disagree about the operation: " + explain_check_difference(tag.check, theirs));
-            }
-            if (m->total != in->size()) {
-              const auto theirs = m->total;
-              inbox_[idx(src)].erase(seq);
-              fail(errc::mismatch, src, tag.channel, "recv",
-                   detail::concat("the peer sent ", theirs, " bytes but this member expects ", in->size()));
-            }
-            if (m->total > 0) std::memcpy(in->data(), m->base, static_cast<std::size_t>(m->total));
-          }
-          inbox_[idx(src)].erase(seq);
-          return;
-        }
-      }
-      if (!in && sent_all) return;
-      if (in && sent_all && !closed(src).empty()) fail(errc::peer_failure, src, tag.channel, "recv", closed(src));
-      if (!sent_all && !closed(dst).empty()) fail(errc::peer_failure, dst, tag.channel, "send", closed(dst));
-      polls.clear();
-      who_polled.clear();
-      for (int j = 0; j < size(); ++j)
-        for (int k = 0; k < K(); ++k) {
-          if (j == me_ || (!rx_[slot(j, k)].closed.empty() && j != dst)) continue;
-          short ev = POLLIN;
-          if (j == dst && static_cast<std::uint32_t>(k) < pieces &&
-              sent[idx(k)] < sizeof h + piece_len(static_cast<std::uint32_t>(k)))
-            ev |= POLLOUT;
-          polls.push_back({fds_[slot(j, k)], ev, 0});
-          who_polled.emplace_back(j, k);
-        }
-      const int rc = ::poll(polls.data(), polls.size(), detail::remaining_ms(until));
-      if (rc <= 0) {
-        if (clock_type::now() < until) continue;
-        const int blamed = !sent_all ? dst : src;
-        std::uint64_t done = 0, want = 0;
-        for (std::uint32_t k = 0; k < pieces; ++k) done += sent[k], want += sizeof h + piece_len(k);
-        fail(errc::timeout, blamed, tag.channel, !sent_all ? "send" : "recv",
-             detail::concat("nothing arrived before the deadline (", done, " of ", want,
-                            " bytes sent); the peer is stopped, overloaded or partitioned"));
-      }
-      for (std::size_t i = 0; i < polls.size(); ++i) {
-        const auto [j, k] = who_polled[i];
-        const short re = polls[i].revents;
-        if (re & (POLLIN | POLLHUP | POLLERR)) pump(j, k, tag.channel);
-        if (j == dst && (re & POLLOUT) && static_cast<std::uint32_t>(k) < pieces)
-          send_piece(polls[i].fd, h, *out, static_cast<std::uint32_t>(k), chunk,
-                     piece_len(static_cast<std::uint32_t>(k)), sent[idx(k)], dst, tag.channel);
-      }
-    }
-  }
-
-  // Writes as much of piece k (its header, then its bytes) as the socket takes.
-  void send_piece(int fd, frame_hdr h, std::span<const std::byte> bytes, std::uint32_t k, std::uint64_t chunk,
-                  std::uint64_t len, std::uint64_t& sent, int dst, std::uint32_t channel) {
-    const std::byte* body = bytes.data() + chunk * k;
-    while (sent < sizeof h + len) {
-      iovec iov[2];
-      int n = 0;
-      if (sent < sizeof h) {
-        iov[n++] = {reinterpret_cast<std::byte*>(&h) + sent, sizeof h - static_cast<std::size_t>(sent)};
-        if (len > 0) iov[n++] = {const_cast<std::byte*>(body), static_cast<std::size_t>(len)};
-      } else {
-        iov[n++] = {const_cast<std::byte*>(body) + (sent - sizeof h), static_cast<std::size_t>(sizeof h + len - sent)};
-      }
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = static_cast<std::size_t>(n);
-      const ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-      if (w > 0) {
-        sent += static_cast<std::uint64_t>(w);
-        continue;
-      }
-      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-      fail(errc::peer_failure, dst, channel, "send",
-           std::string("the connection broke (the peer died or left): ") + std::strerror(errno));
-    }
-  }
-
   void close_all() noexcept {
     for (int& fd : fds_)
       if (fd >= 0) ::close(fd), fd = -1;
@@ -763,17 +402,12 @@ class mesh_transport {
   std::uint64_t epoch_;
   comm::detail::wire_limits limits_;
   mesh_options opt_;
-  std::vector<int> fds_;                                 // (member, connection) -> socket
-  std::vector<rx_state> rx_;                             // (member, connection) -> what is being read
-  std::vector<std::map<std::uint64_t, message>> inbox_;  // per member: messages by sequence number
-  std::vector<std::uint64_t> known_;                     // per member: messages whose piece 0 arrived
-  std::vector<std::uint64_t> next_seq_;                  // per member: the next message's number
-  std::vector<std::uint64_t> stashed_;                   // per member: bytes buffered for nobody yet
-  posted_recv posted_;
-  bool aborted_ = false;
-  std::string reason_;
+  std::vector<int> fds_;  // (member, connection) -> socket, owned
+  std::unique_ptr<comm::detail::tcp_link> link_;
 };
 
+static_assert(comm::concurrent_transport<mesh_transport>);
+static_assert(comm::descriptor_checking_transport<mesh_transport>);
 static_assert(abortable_transport<mesh_transport>);
 
 }  // namespace weft::comm::elastic

@@ -4,7 +4,7 @@ are those of docs/comm.md ("Wire format: handshake and authentication") and docs
 import os
 import struct
 
-MAGIC, VERSION = 0x77656674, 5  # detail/wire.hpp wire_magic, wire_version
+MAGIC, VERSION = 0x77656674, 6  # detail/wire.hpp wire_magic, wire_version
 RENDEZVOUS, TCP_MESH, COORDINATOR, ELASTIC_MESH = 1, 2, 3, 4
 
 
@@ -42,19 +42,37 @@ write("rendezvous_intro", "authenticated_hello", b"\x01" + hello(RENDEZVOUS, 1, 
 write("rendezvous_intro", "huge_host_length", b"\x00" + hello(RENDEZVOUS, 1, 4, 0, 2, 0, 42, 6000)[:12] + b"\xff\xff" +
       hello(RENDEZVOUS, 1, 4, 0, 2, 0, 42, 6000)[14:])
 # mesh_hello: a hello of member b (connection 0 of 2) for epoch 3, then a split byte (how many
-# bytes, /8, go to connection 0) and frames: u32 channel, u32 check, u64 total, u64 seq, u32 pieces,
-# u32 reserved, then the piece's bytes.
+# bytes, /8, go to connection 0) and the stream engine's data frames (docs/comm.md, "Wire format:
+# data frames"): u16 marker 0x6677, u8 kind (1 data, 2 abort), u8 flags, u32 channel, u32 sequence,
+# u32 check, u64 total, u64 piece, then the piece's bytes.
 b_hello = hello(ELASTIC_MESH, 1, 2, 0, 2, 3, 12, name=b"b")
-frame = lambda ch, total, seq, pieces=1, body=None: struct.pack("<IIQQII", ch, 0, total, seq, pieces, 0) + (
-    body if body is not None else bytes(total if pieces == 1 else total // pieces))
+FRAME_MARKER, DATA, ABORT = 0x6677, 1, 2
+
+
+def frame(ch, total, piece=None, body=None, kind=DATA, flags=0, seq=0, check=0):
+    piece = total if piece is None else piece
+    return struct.pack("<HBBIIIQQ", FRAME_MARKER, kind, flags, ch, seq, check, total, piece) + (
+        body if body is not None else bytes(piece))
+
+
+def abort_body(origin, reason):
+    out = struct.pack("<IiiIII", origin, -1, -1, 10, 0, origin)  # errc 10 = io
+    for s in (reason, b"", b"", b""):
+        out += struct.pack("<H", len(s)) + s
+    return out
+
+
 write("mesh_hello", "member_b", b_hello)
-small = frame(1, 16, 0) + frame(2, 3, 1) + frame(3, 16, 2)
+small = frame(1, 16) + frame(2, 3) + frame(3, 16)
 write("mesh_hello", "member_b_frames", b_hello + bytes([len(small) // 8]) + small + b"\0" * (len(small) % 8))
-striped0 = frame(2, 100, 0, 2)  # piece 0 (50 bytes) on connection 0, piece 1 on connection 1
-striped1 = frame(2, 100, 0, 2)
+striped0 = frame(2, 100, 50)  # piece 0 (50 bytes) on connection 0, piece 1 on connection 1
+striped1 = frame(2, 100, 50)
 write("mesh_hello", "striped", b_hello + bytes([len(striped0) // 8]) + striped0 + striped1)
-write("mesh_hello", "phantom_length", b_hello + b"\x04" + struct.pack("<IIQQII", 1, 0, 1 << 62, 0, 1, 0))
-write("mesh_hello", "abort", b_hello + b"\x05" + frame(0xFFFFFFFF, 5, 0, body=b"stop!"))
+write("mesh_hello", "phantom_length", b_hello + b"\x04" + struct.pack("<HBBIIIQQ", FRAME_MARKER, DATA, 0, 1, 0, 0,
+                                                                        1 << 62, 1 << 62))
+reason = abort_body(1, b"stop!")
+aborted = frame(0, len(reason), body=reason, kind=ABORT)
+write("mesh_hello", "abort", b_hello + bytes([(len(aborted) + 7) // 8]) + aborted)  # all on connection 0
 write("mesh_hello", "stale_epoch", hello(ELASTIC_MESH, 1, 2, 0, 2, 2, 12, name=b"b"))
 
 # coordinator_line

@@ -1,8 +1,9 @@
 // libFuzzer harness: a connection into an elastic mesh — the handshake with the mesh's admission
-// rule (epoch, index, name, instance), then whatever follows as data frames delivered to a member
-// over two socket pairs, its two striped connections (lengths bounded before allocation, pieces
-// checked against each other, no phantom frame, capped unexpected bytes). A weft::error is the expected outcome for
-// malformed input; anything else is a finding.
+// rule (epoch, index, name, instance), then whatever follows as the stream engine's data frames
+// delivered to a member over two socket pairs, its two striped connections (lengths bounded before
+// allocation, pieces checked against their receives, no phantom frame, capped unexpected bytes,
+// abort bodies checked). A weft::error is the expected outcome for malformed input; anything else
+// is a finding.
 #include <weft/comm/elastic/mesh_transport.hpp>
 
 #include <cstddef>
