@@ -271,7 +271,8 @@ TEST_CASE("semi-PD model-based share search: predicts each split from the cost m
   CHECK(p.mean_prefill_share > 0.5);  // prompts dominate: prefill gets the SMs
   CHECK(d.mean_prefill_share < 0.5);  // decodes dominate
   for (const semi_pd_result* r : {&p, &d})
-    for (const auto& x : r->shares) CHECK((x.prefill_share >= o.min_share - 1e-12 && x.prefill_share <= o.max_share + 1e-12));
+    for (const auto& x : r->shares)
+      CHECK((x.prefill_share >= o.min_share - 1e-12 && x.prefill_share <= o.max_share + 1e-12));
   // It jumps to the predicted best share rather than stepping: its first move may be several steps.
   REQUIRE(p.shares.size() >= 2);
   // Deterministic.
