@@ -64,7 +64,7 @@ plan emulate(const std::vector<std::int32_t>& ids, int top_k, int experts) {
       tile_ids[static_cast<std::size_t>(j)] = first + j < n ? ids[static_cast<std::size_t>(first + j)] : -1;
     for (int warp = 0; warp < dp::block_warps; ++warp)
       for (int r = 0; r < dp::rounds; ++r) {
-        std::int32_t before[dp::lanes];
+        std::int32_t before[dp::lanes] = {};
         std::uint32_t peers[dp::lanes] = {};
         for (int lane = 0; lane < dp::lanes; ++lane) {
           const int j = dp::slot_in_tile(warp, r, lane);
