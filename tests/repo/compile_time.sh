@@ -3,7 +3,8 @@
 # machine does not inflate it much) of `<cxx> -std=c++20 -fsyntax-only` on a file that includes only
 # that header. Prints the table; fails when a header takes more than FACTOR x BUDGET seconds (the
 # budget is 2 s, the factor 3, so noise cannot flip the verdict; a header over the limit is timed twice
-# more and judged by its fastest run), except headers listed as pending.
+# more and judged by its fastest run), except headers listed as pending. weft/weft.hpp, the union of
+# the module umbrellas it includes, is held to the larger of that limit and the sum of its parts.
 #
 # Usage: compile_time.sh --cxx <compiler> --flags-dir <dir> [--budget S] [--factor F]
 #                        [--pending "a b"] [--report-only] <include dir>
@@ -29,6 +30,7 @@ trap 'rm -rf "$work"' EXIT
 
 printf '%-22s %8s  %s\n' "umbrella header" "cpu s" "verdict (budget ${budget} s, fail above ${limit} s)"
 failed=0
+declare -A measured
 for header in "$include_dir"/weft/*.hpp; do
   name=$(basename "$header" .hpp)
   module=$name
@@ -40,6 +42,16 @@ for header in "$include_dir"/weft/*.hpp; do
   fi
   printf '#include <weft/%s.hpp>\n' "$name" > "$work/$name.cpp"
   mapfile -t flags < <(tr ';' '\n' < "$flags_file" | sed '/^$/d')
+  # weft.hpp is the union of the module umbrellas it includes, each held to the limit on its own: it
+  # is held to the larger of the limit and the sum of its parts (it may not cost more than they do).
+  header_limit=$limit
+  if [[ $name == weft ]]; then
+    parts=0
+    for part in $(sed -n 's|^#include <weft/\([a-z]*\)\.hpp>.*|\1|p' "$header"); do
+      [[ -n ${measured[$part]-} ]] && parts=$(awk -v a="$parts" -v b="${measured[$part]}" 'BEGIN { print a + b }')
+    done
+    header_limit=$(awk -v l="$limit" -v p="$parts" 'BEGIN { print (p > l ? p : l) }')
+  fi
   # Contention on a shared machine (caches, memory bandwidth) only ever adds CPU time, so a header
   # over the limit is measured twice more and judged by its fastest run.
   seconds=""
@@ -52,10 +64,11 @@ for header in "$include_dir"/weft/*.hpp; do
     fi
     run=$(awk '{ printf "%.2f", $1 + $2 }' "$work/$name.time")
     if [[ -z $seconds ]] || awk -v r="$run" -v s="$seconds" 'BEGIN { exit !(r < s) }'; then seconds=$run; fi
-    awk -v s="$seconds" -v l="$limit" 'BEGIN { exit !(s > l) }' || break
+    awk -v s="$seconds" -v l="$header_limit" 'BEGIN { exit !(s > l) }' || break
   done
+  measured[$name]=$seconds
   verdict=ok
-  if awk -v s="$seconds" -v l="$limit" 'BEGIN { exit !(s > l) }'; then
+  if awk -v s="$seconds" -v l="$header_limit" 'BEGIN { exit !(s > l) }'; then
     if [[ " $pending " == *" $module "* ]]; then
       verdict="OVER (pending: being split on another branch)"
     else
@@ -63,7 +76,7 @@ for header in "$include_dir"/weft/*.hpp; do
       failed=$((failed + 1))
     fi
   elif awk -v s="$seconds" -v b="$budget" 'BEGIN { exit !(s > b) }'; then
-    verdict="over budget, under the ${limit} s limit"
+    verdict="over budget, under the ${header_limit} s limit"
   fi
   printf '%-22s %8s  %s\n' "weft/$name.hpp" "$seconds" "$verdict"
 done
