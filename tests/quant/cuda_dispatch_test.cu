@@ -175,15 +175,9 @@ void bad_arguments(bool gpu) {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  const bool gpu = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
-  if (!gpu) (void)cudaGetLastError();
+  const bool gpu = weft_cuda_test::gpu_present();
   bad_arguments(gpu);
-  if (!gpu) {
-    std::printf("quant.cuda_dispatch: no GPU; %d of %d argument checks failed; skipping the launches\n", failures,
-                checks);
-    return failures == 0 ? 77 : 1;
-  }
+  if (!gpu) return weft_cuda_test::skipped_without_gpu("quant.cuda_dispatch");
   unsigned seed = 1;
   for (int experts : {1, 8, 64, 256, 1024})
     for (int top_k : {1, 2, 8})

@@ -377,14 +377,9 @@ void bad_arguments(bool gpu) {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  const bool gpu = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
-  if (!gpu) (void)cudaGetLastError();
+  const bool gpu = weft_cuda_test::gpu_present();
   bad_arguments(gpu);
-  if (!gpu) {
-    std::printf("quant.cuda_gemv: no GPU; %d of %d argument checks failed; skipping the launches\n", failures, checks);
-    return failures == 0 ? 77 : 1;
-  }
+  if (!gpu) return weft_cuda_test::skipped_without_gpu("quant.cuda_gemv");
   const char* quick_env = std::getenv("WEFT_GEMV_TEST_QUICK");
   const int quick = quick_env == nullptr ? 0 : std::atoi(quick_env);
   struct shape {

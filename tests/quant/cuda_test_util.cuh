@@ -25,6 +25,21 @@ inline void cuda_ok(cudaError_t e, const std::string& what) {
   check(e == cudaSuccess, what + ": " + cudaGetErrorString(e));
 }
 
+/// True when a CUDA device is present (the no-device error is cleared, so later calls start clean).
+inline bool gpu_present() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
+/// The exit code of a GPU test on a machine without a GPU, after its argument checks: 77 (skipped)
+/// when they passed, 1 otherwise.
+inline int skipped_without_gpu(const char* test) {
+  std::printf("%s: no GPU; %d of %d argument checks failed; skipping the launches\n", test, failures, checks);
+  return failures == 0 ? 77 : 1;
+}
+
 /// count elements of device memory, every byte set to `fill`, or a copy of a host vector.
 template <class T>
 struct device_buffer {
