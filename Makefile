@@ -5,7 +5,7 @@ CTEST_ARGS ?=
 ISA_LEVELS ?= v2 v3 v4
 SOAK_REPEAT ?= 50
 
-.PHONY: deps deps-demo deps-bench print-test-stages test test-dev test-asan test-tsan test-isa test-package test-conan \
+.PHONY: deps deps-demo deps-bench print-test-stages test test-gcc test-dev test-asan test-tsan test-isa test-package test-conan \
         soak demo bench format clean
 
 deps:
@@ -17,12 +17,14 @@ deps-demo:
 deps-bench:
 	@cmake/install_deps.sh --bench
 
-## make test: the whole suite in a g++ debug build (with the docs' code, the strict header checks and
-## the include-cost budget), again under ASan+UBSan with clang (plus the fuzzers), TSan on the
+## make test: the whole suite compiled by g++ with -Werror (tests, fuzz replays and the docs' code
+## checked with -fsyntax-only; header self-containment, strict-warning headers, include-cost budget,
+## CUDA tests), then built and run under ASan+UBSan with clang (plus the fuzzers), TSan on the
 ## concurrent tests, the instruction-set dependent code for x86-64-v2/v3/v4, the ways of consuming
 ## the package (README commands, standalone examples, vcpkg port lint) and `conan create`.
-## Every stage prints its time; .ci/run prints the table.
-TEST_STAGES = test-dev test-asan test-tsan test-isa test-package test-conan
+## Every stage prints its time; .ci/run prints the table. `make test-dev` builds and runs the whole
+## suite in the g++ debug build developers use (not a stage of `make test`).
+TEST_STAGES = test-gcc test-asan test-tsan test-isa test-package test-conan
 
 test: deps $(TEST_STAGES)
 	@echo "weft: make test passed"
@@ -30,6 +32,11 @@ test: deps $(TEST_STAGES)
 # .ci/run times each stage of `make test` separately, in this order.
 print-test-stages:
 	@echo deps $(TEST_STAGES)
+
+test-gcc:
+	cmake --preset gcc-check
+	cmake --build --preset gcc-check -j $(JOBS)
+	ctest --preset gcc-check -j $(JOBS) $(CTEST_ARGS)
 
 test-dev:
 	cmake --preset dev

@@ -7,7 +7,8 @@
 #     writes <build>/doc_snippets/<file>_<n>.cpp for the n-th ```cpp block, starting with a #line
 #     directive, so a compiler error names the Markdown file and line. The modules a block needs are
 #     read from its #include <weft/<module>...> lines; a block whose module is unavailable is skipped.
-#     All blocks of one file form the compile-only target weft_doc_snippets_<file>, built by ALL.
+#     All blocks of one file form the compile-only target weft_doc_snippets_<file> (-fsyntax-only),
+#     built by ALL.
 #     PENDING: a file being rewritten elsewhere; its snippets are extracted but not built by ALL
 #     (build weft_doc_snippets_<file> by hand to see the failures).
 
@@ -100,4 +101,5 @@ function(weft_add_doc_snippets markdown)
     target_link_libraries(${target} PRIVATE weft::${mod})
   endforeach()
   target_link_libraries(${target} PRIVATE weft_warnings)
+  _weft_syntax_only(${target})  # a snippet only has to compile
 endfunction()

@@ -4,7 +4,8 @@
 #   weft_isa_tests    the tests of those modules (quant, coding) and any test that links Eigen;
 #   weft_isa_targets  those tests plus the examples and benchmarks that use them (built for v4, the
 #                     level `make bench` compiles for on AVX-512 machines and the one g++ 12 warns at).
-# Everything else is the same code at every level and is built once, by the dev preset.
+# Everything else is the same code at every level: compiled by g++ (gcc-check), built and run once
+# (asan-ubsan).
 set(WEFT_ISA_MODULES quant coding)
 
 if(NOT TARGET weft_isa_targets)

@@ -11,6 +11,10 @@
 #     and Eigen) get the label "isa", unless CONCURRENT: the ISA builds of `make test-isa` compile and
 #     run those.
 #
+#   With WEFT_TESTS_COMPILE_ONLY (the gcc-check preset of `make test`) every test above, fuzz replays
+#   included, is compiled with -fsyntax-only and neither linked nor registered: a second compiler's
+#   -Werror check of the whole suite, whose tests the asan-ubsan preset builds and runs.
+#
 #   weft_add_header_test(<module> [LIBS...])
 #     compiles every header of include/weft/<module>/ (and the umbrella) in a translation unit of its
 #     own, so a header that forgets an include breaks the build: the compile-only target
@@ -19,8 +23,9 @@
 #   weft_add_strict_header_test(<module> [LIBS...])
 #     one translation unit that includes every public header of the module, compiled with the
 #     warnings an engine may use (WEFT_STRICT_WARNINGS: -Wshadow -Wconversion -Wsign-conversion ...),
-#     plus -Werror under WEFT_WERROR. A compile-only target, weft_strict_headers_<module>, built by g++
-#     in the dev preset and by clang in the asan-ubsan preset.
+#     plus -Werror under WEFT_WERROR. A compile-only target (-fsyntax-only),
+#     weft_strict_headers_<module>, built by g++ in the gcc-check and dev presets and by clang in the
+#     asan-ubsan preset.
 #
 #   weft_add_cuda_test(<module> <name> SOURCES <files.cu...> [ARCHS <sm numbers>, default 80 90])
 #     builds test_<module>_<name> from CUDA sources for those architectures (only when WEFT_ENABLE_CUDA
@@ -33,6 +38,18 @@
 #     that should fire, so it fails both when the file compiles and when it breaks for another reason.
 find_package(Catch2 2.13 REQUIRED)
 
+# A test compiled by a second compiler only has to compile: running the suite once, under ASan+UBSan,
+# finds what running it twice would, and g++ -fsyntax-only costs under half of g++ -O0 code generation.
+option(WEFT_TESTS_COMPILE_ONLY "Compile every test with -fsyntax-only; link and register none" OFF)
+
+# _weft_syntax_only(<target>): the target's C++ sources are compiled with -fsyntax-only (an empty object
+# file is left for the build tool; cmake/syntax_only.sh), where the compiler takes that flag.
+function(_weft_syntax_only target)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang" AND NOT CMAKE_HOST_WIN32)
+    set_target_properties(${target} PROPERTIES CXX_COMPILER_LAUNCHER "${PROJECT_SOURCE_DIR}/cmake/syntax_only.sh")
+  endif()
+endfunction()
+
 include(WeftIsa)
 
 if(NOT TARGET weft_catch_main)
@@ -41,6 +58,9 @@ if(NOT TARGET weft_catch_main)
   target_compile_features(weft_catch_main PUBLIC cxx_std_20)
   # Catch2's runner does not need optimising: at -O3 (the ISA builds) it alone takes 15 s to compile.
   target_compile_options(weft_catch_main PRIVATE $<$<NOT:$<CONFIG:Debug>>:-O0>)
+  if(WEFT_TESTS_COMPILE_ONLY)
+    _weft_syntax_only(weft_catch_main)
+  endif()
   add_custom_target(weft_concurrent_tests)
 endif()
 
@@ -50,24 +70,36 @@ endif()
 # (or build with -DWEFT_UNITY_TESTS=OFF to find the clash).
 option(WEFT_UNITY_TESTS "Compile each multi-source test as one translation unit" OFF)
 
-# Catch2 is one 17,000-line header: parsed once into a precompiled header that every test reuses
-# (REUSE_FROM), instead of once per test source. GCC silently falls back to parsing the header for a
-# target whose flags differ (e.g. -O1); clang accepts extra defines and optimisation levels.
-option(WEFT_TEST_PCH "Precompile Catch2 once and reuse it in every test" ON)
-if(WEFT_TEST_PCH AND NOT TARGET weft_catch_pch)
-  set(_weft_pch_source "${PROJECT_BINARY_DIR}/weft_catch_pch.cpp")
-  if(NOT EXISTS "${_weft_pch_source}")
-    file(WRITE "${_weft_pch_source}" "// Owner of the precompiled Catch2 header the tests reuse.\n")
+# Catch2 (one 17,000-line header) and the module's umbrella header take most of a test's parse time
+# (three quarters of a sched test's -fsyntax-only): they are parsed once per module into a precompiled
+# header, weft_test_pch_<module>, that each of the module's tests reuses (REUSE_FROM) when its
+# code-generation options are the PCH's (g++ rejects a PCH built with other options through
+# -Winvalid-pch, an error under -Werror). The tests still include what they use themselves, so a test
+# that forgets an include breaks with WEFT_TEST_PCH=OFF; the header tests check the headers alone.
+option(WEFT_TEST_PCH "Precompile Catch2 and each module's umbrella header once for the module's tests" ON)
+
+function(_weft_test_pch module)
+  set(pch weft_test_pch_${module})
+  if(TARGET ${pch})
+    return()
   endif()
-  add_library(weft_catch_pch OBJECT "${_weft_pch_source}")
-  target_link_libraries(weft_catch_pch PRIVATE Catch2::Catch2 weft_warnings)
-  target_compile_features(weft_catch_pch PRIVATE cxx_std_20)
-  target_precompile_headers(weft_catch_pch PRIVATE <catch2/catch.hpp>)
-endif()
+  set(source "${PROJECT_BINARY_DIR}/weft_test_pch.cpp")
+  if(NOT EXISTS "${source}")
+    file(WRITE "${source}" "// Owner of a precompiled header the tests reuse.\n")
+  endif()
+  add_library(${pch} OBJECT "${source}")
+  target_link_libraries(${pch} PRIVATE weft::${module} Catch2::Catch2 weft_warnings)
+  target_compile_features(${pch} PRIVATE cxx_std_20)
+  set(headers <catch2/catch.hpp>)
+  if(EXISTS "${PROJECT_SOURCE_DIR}/include/weft/${module}.hpp")
+    list(APPEND headers <weft/${module}.hpp>)
+  endif()
+  target_precompile_headers(${pch} PRIVATE ${headers})
+endfunction()
 
 # Compile options other than warnings that reach <target> from itself or what it links (OpenMP's
-# -fopenmp, a test's own -O1, -fno-sanitize=...): such a target cannot use the shared Catch2 PCH
-# (g++ rejects it with -Winvalid-pch, an error under -Werror) and parses Catch2 itself.
+# -fopenmp, a test's own -O1, -fno-sanitize=...): a test whose options differ from its module's PCH
+# cannot use it and parses its headers itself.
 function(_weft_collect_options target out)
   set(seen "")
   set(queue ${target})
@@ -98,22 +130,33 @@ function(_weft_collect_options target out)
   set(${out} "${options}" PARENT_SCOPE)
 endfunction()
 
-function(_weft_use_catch_pch target)
+# The options that decide whether a PCH fits: code generation, language and sanitizer flags (warning
+# flags and definitions do not change it).
+function(_weft_pch_options target out)
   _weft_collect_options(${target} options)
-  foreach(option IN LISTS options)
-    # Warning flags and definitions do not change the PCH; code generation, language and sanitizer
-    # options do.
-    if(option MATCHES "(^|[:;>])-(f|O|m|g|std|pthread)")
-      return()
-    endif()
-  endforeach()
-  target_precompile_headers(${target} REUSE_FROM weft_catch_pch)
+  list(FILTER options INCLUDE REGEX "(^|[:;>])-(f|O|m|g|std|pthread)")
+  list(REMOVE_DUPLICATES options)
+  list(SORT options)
+  set(${out} "${options}" PARENT_SCOPE)
+endfunction()
+
+function(_weft_use_test_pch target module)
+  _weft_pch_options(${target} mine)
+  _weft_pch_options(weft_test_pch_${module} theirs)
+  if(mine STREQUAL theirs)
+    target_precompile_headers(${target} REUSE_FROM weft_test_pch_${module})
+  endif()
 endfunction()
 
 function(weft_add_test module name)
   cmake_parse_arguments(ARG "CONCURRENT" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   set(target test_${module}_${name})
-  add_executable(${target} ${ARG_SOURCES} $<TARGET_OBJECTS:weft_catch_main>)
+  if(WEFT_TESTS_COMPILE_ONLY)
+    add_library(${target} OBJECT ${ARG_SOURCES})
+    _weft_syntax_only(${target})
+  else()
+    add_executable(${target} ${ARG_SOURCES} $<TARGET_OBJECTS:weft_catch_main>)
+  endif()
   target_link_libraries(${target} PRIVATE weft::${module} Catch2::Catch2 weft_warnings ${ARG_LIBS})
   if(WEFT_UNITY_TESTS)
     # (the shared Catch2 main is an object library, so it stays out of the unity file)
@@ -122,8 +165,12 @@ function(weft_add_test module name)
   if(WEFT_TEST_PCH)
     # Decided once the whole tree is configured, when every option added to the target is known.
     # (EVAL bakes the target's name in: a deferred call reads variables when it runs.)
+    _weft_test_pch(${module})
     cmake_language(EVAL CODE
-      "cmake_language(DEFER DIRECTORY [[${PROJECT_SOURCE_DIR}]] CALL _weft_use_catch_pch [[${target}]])")
+      "cmake_language(DEFER DIRECTORY [[${PROJECT_SOURCE_DIR}]] CALL _weft_use_test_pch [[${target}]] [[${module}]])")
+  endif()
+  if(WEFT_TESTS_COMPILE_ONLY)
+    return()
   endif()
   add_test(NAME ${module}.${name} COMMAND ${target})
   set(labels ${module} ${ARG_LABELS})
@@ -150,6 +197,9 @@ endfunction()
 # build of the same sources.
 function(weft_add_test_run module name)
   cmake_parse_arguments(ARG "" "TARGET;TIMEOUT" "ENVIRONMENT;LABELS" ${ARGN})
+  if(WEFT_TESTS_COMPILE_ONLY)
+    return()
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
@@ -186,10 +236,7 @@ function(weft_add_header_test module)
   add_library(test_${module}_headers OBJECT ${sources})
   set_target_properties(test_${module}_headers PROPERTIES UNITY_BUILD OFF)  # one header per TU, always
   target_link_libraries(test_${module}_headers PRIVATE weft::${module} weft_warnings ${ARGN})
-  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang" AND NOT CMAKE_HOST_WIN32)
-    set_target_properties(test_${module}_headers PROPERTIES
-                          CXX_COMPILER_LAUNCHER "${PROJECT_SOURCE_DIR}/cmake/syntax_only.sh")
-  endif()
+  _weft_syntax_only(test_${module}_headers)
 endfunction()
 
 option(WEFT_STRICT_HEADER_TESTS "Compile every module's public headers under the strict warnings engines use" ON)
@@ -225,6 +272,7 @@ function(weft_add_strict_header_test module)
   target_link_libraries(weft_strict_headers_${module} PRIVATE weft::${module} ${ARGN})
   target_compile_options(weft_strict_headers_${module} PRIVATE ${WEFT_STRICT_WARNINGS}
                          $<$<BOOL:${WEFT_WERROR}>:-Werror>)
+  _weft_syntax_only(weft_strict_headers_${module})
 endfunction()
 
 # weft_add_fuzzer(<module> <name> SOURCES <files...> [LIBS <targets...>])
@@ -244,6 +292,9 @@ set(WEFT_FUZZ_SEED 1 CACHE STRING "libFuzzer -seed of the ctest fuzz runs (0: a 
 if(NOT TARGET weft_fuzz_replay_main)
   add_library(weft_fuzz_replay_main OBJECT "${PROJECT_SOURCE_DIR}/tests/fuzz_replay_main.cpp")
   target_compile_features(weft_fuzz_replay_main PUBLIC cxx_std_20)
+  if(WEFT_TESTS_COMPILE_ONLY)
+    _weft_syntax_only(weft_fuzz_replay_main)
+  endif()
 endif()
 
 function(weft_add_fuzzer module name)
@@ -254,6 +305,12 @@ function(weft_add_fuzzer module name)
     message(FATAL_ERROR "weft_add_fuzzer(${module} ${name}): seed corpus ${corpus} is missing")
   endif()
   set(replay test_${module}_fuzz_replay_${name})
+  if(WEFT_TESTS_COMPILE_ONLY)
+    add_library(${replay} OBJECT ${ARG_SOURCES})
+    target_link_libraries(${replay} PRIVATE weft::${module} weft_warnings ${ARG_LIBS})
+    _weft_syntax_only(${replay})
+    return()
+  endif()
   add_executable(${replay} ${ARG_SOURCES} $<TARGET_OBJECTS:weft_fuzz_replay_main>)
   target_link_libraries(${replay} PRIVATE weft::${module} weft_warnings ${ARG_LIBS})
   add_test(NAME ${module}.fuzz_replay_${name} COMMAND ${replay} "${corpus}" "${regressions}")
