@@ -125,7 +125,17 @@ class quantile_histogram {
   }
 
  private:
-  std::int64_t key_of(double value) const noexcept {
+  // The bucket key of a value >= smallest_positive_. Streams of latencies repeat values (every decode
+  // of one simulated iteration has the same token gap), so the last value's key is kept: a repeat is
+  // a compare instead of a log, and its key is the one key_slow gave it, so buckets and quantiles are
+  // exactly those of the slow path.
+  std::int64_t key_of(double value) noexcept {
+    if (value == last_value_) return last_key_;
+    last_key_ = key_slow(value);
+    last_value_ = value;
+    return last_key_;
+  }
+  std::int64_t key_slow(double value) const noexcept {
     return static_cast<std::int64_t>(std::ceil(std::log(value) / log_gamma_));
   }
 
@@ -180,6 +190,9 @@ class quantile_histogram {
   std::size_t max_buckets_;
   double gamma_ = 0.0;
   double log_gamma_ = 0.0;
+  // Cache of key_of: NaN matches no value until the first one is keyed.
+  double last_value_ = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t last_key_ = 0;
   std::vector<std::uint64_t> buckets_;
   std::int64_t min_key_ = 0;
   std::uint64_t zero_count_ = 0;
