@@ -48,7 +48,13 @@ class quantile_histogram {
     if (value < smallest_positive_) {
       zero_count_ += times;
     } else {
-      add_to_bucket(key_of(value), times);
+      const std::int64_t key = key_of(value);
+      // Almost every value lands in a bucket that exists: one compare (wrapping below min_key_).
+      const auto at = static_cast<std::uint64_t>(key - min_key_);
+      if (at < buckets_.size())
+        buckets_[static_cast<std::size_t>(at)] += times;
+      else
+        add_to_bucket(key, times);
     }
     count_ += times;
     sum_ += value * static_cast<double>(times);
@@ -131,6 +137,10 @@ class quantile_histogram {
   // exactly those of the slow path.
   std::int64_t key_of(double value) noexcept {
     if (value == last_value_) return last_key_;
+    return key_and_remember(value);
+  }
+  // Out of line: the log stays off the repeat path.
+  [[gnu::noinline]] std::int64_t key_and_remember(double value) noexcept {
     last_key_ = key_slow(value);
     last_value_ = value;
     return last_key_;
@@ -140,7 +150,8 @@ class quantile_histogram {
   }
 
   // Invariant: buckets_[i] counts values with key min_key_ + i; buckets_.size() <= max_buckets_.
-  void add_to_bucket(std::int64_t key, std::uint64_t times) {
+  // Out of line: record() handles the common case, a key inside the buckets, itself.
+  [[gnu::noinline]] void add_to_bucket(std::int64_t key, std::uint64_t times) {
     if (buckets_.empty()) {
       min_key_ = key;
       buckets_.assign(1, 0);
