@@ -48,7 +48,13 @@ class quantile_histogram {
     if (value < smallest_positive_) {
       zero_count_ += times;
     } else {
-      add_to_bucket(key_of(value), times);
+      const std::int64_t key = key_of(value);
+      // Almost every value lands in a bucket that exists: one compare (wrapping below min_key_).
+      const auto at = static_cast<std::uint64_t>(key - min_key_);
+      if (at < buckets_.size())
+        buckets_[static_cast<std::size_t>(at)] += times;
+      else
+        add_to_bucket(key, times);
     }
     count_ += times;
     sum_ += value * static_cast<double>(times);
@@ -125,12 +131,27 @@ class quantile_histogram {
   }
 
  private:
-  std::int64_t key_of(double value) const noexcept {
+  // The bucket key of a value >= smallest_positive_. Streams of latencies repeat values (every decode
+  // of one simulated iteration has the same token gap), so the last value's key is kept: a repeat is
+  // a compare instead of a log, and its key is the one key_slow gave it, so buckets and quantiles are
+  // exactly those of the slow path.
+  std::int64_t key_of(double value) noexcept {
+    if (value == last_value_) return last_key_;
+    return key_and_remember(value);
+  }
+  // Out of line: the log stays off the repeat path.
+  [[gnu::noinline]] std::int64_t key_and_remember(double value) noexcept {
+    last_key_ = key_slow(value);
+    last_value_ = value;
+    return last_key_;
+  }
+  std::int64_t key_slow(double value) const noexcept {
     return static_cast<std::int64_t>(std::ceil(std::log(value) / log_gamma_));
   }
 
   // Invariant: buckets_[i] counts values with key min_key_ + i; buckets_.size() <= max_buckets_.
-  void add_to_bucket(std::int64_t key, std::uint64_t times) {
+  // Out of line: record() handles the common case, a key inside the buckets, itself.
+  [[gnu::noinline]] void add_to_bucket(std::int64_t key, std::uint64_t times) {
     if (buckets_.empty()) {
       min_key_ = key;
       buckets_.assign(1, 0);
@@ -180,6 +201,9 @@ class quantile_histogram {
   std::size_t max_buckets_;
   double gamma_ = 0.0;
   double log_gamma_ = 0.0;
+  // Cache of key_of: NaN matches no value until the first one is keyed.
+  double last_value_ = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t last_key_ = 0;
   std::vector<std::uint64_t> buckets_;
   std::int64_t min_key_ = 0;
   std::uint64_t zero_count_ = 0;

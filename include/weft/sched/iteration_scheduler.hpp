@@ -27,7 +27,6 @@
 #include <weft/sched/victim_policy.hpp>
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -561,12 +560,18 @@ class iteration_scheduler {
     detail::reserve_more(entry_slot_, running_.size());
     if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true, false);
     constexpr std::size_t chunk = 64;
-    std::array<batch_entry, chunk> staged;
-    std::array<std::size_t, chunk> staged_slot{};
+    // The buffer lives with the scheduler: a local array's 64 default-built entries cost more per
+    // iteration than the decodes of a small batch.
+    if (staged_.size() < chunk) {
+      staged_.resize(chunk);
+      staged_slot_.resize(chunk);
+    }
+    batch_entry* const staged = staged_.data();
+    std::size_t* const staged_slot = staged_slot_.data();
     std::size_t m = 0;
     const auto flush = [&] {
-      batch_.entries.insert(batch_.entries.end(), staged.begin(), staged.begin() + static_cast<std::ptrdiff_t>(m));
-      entry_slot_.insert(entry_slot_.end(), staged_slot.begin(), staged_slot.begin() + static_cast<std::ptrdiff_t>(m));
+      batch_.entries.insert(batch_.entries.end(), staged, staged + m);
+      entry_slot_.insert(entry_slot_.end(), staged_slot, staged_slot + m);
       batch_.decode_tokens += static_cast<std::int64_t>(m);
       budget_ -= static_cast<std::int64_t>(m);
       m = 0;
@@ -1426,6 +1431,8 @@ class iteration_scheduler {
   std::vector<request> front_;
   detail::request_store held_;  // every request here, with its prompt ids and media (copied at submit)
   std::vector<std::size_t> entry_slot_;
+  std::vector<batch_entry> staged_;       // decode_head_first's scratch (contents dead between calls)
+  std::vector<std::size_t> staged_slot_;  // its slots
   std::vector<std::size_t> remap_;
   std::vector<std::size_t> done_entries_;
   std::vector<char> is_done_;

@@ -434,7 +434,16 @@ class event_loop {
       }
       // semi-PD's hooks cost a worker's share; with KV borrowing, DistAttention's split of the attention
       // plus the creditor work owed by this instance.
+      // A batch whose entries all run every layer is priced from its shape, which the MoE expert
+      // traffic below needs too: computed once (cost_model::iteration_s(b) and expert_bytes(b) would
+      // each build it).
+      const bool plain = !(hooks_ && hooks_->iteration_s) && !lend_.enabled();
+      const bool whole =
+          plain && !b.entries.empty() &&
+          std::all_of(b.entries.begin(), b.entries.end(), [](const batch_entry& e) { return e.layers.all(); });
+      const iteration_shape shape = whole ? cost_model::shape_of(b) : iteration_shape{};
       double dt = hooks_ && hooks_->iteration_s ? hooks_->iteration_s(j, b, now_)
+                  : whole                       ? m_.iteration_s(shape)
                   : !lend_.enabled()
                       ? m_.iteration_s(b)
                       : lend_.iteration_s(b, m_, [&](request_id id) { return acc_.index_of(id); }) + lend_.take_debt(j);
@@ -445,7 +454,7 @@ class event_loop {
       n.running = &b;
       n.start = now_;
       n.until = now_ + dt;
-      acc_.iteration(b, m_.expert_bytes(b));
+      acc_.iteration(b, whole ? m_.expert_bytes(shape) : m_.expert_bytes(b));
     }
   }
 
