@@ -158,6 +158,8 @@ class iteration_scheduler {
     first_step_reports_ = 0;
     spawning_ = 0;
     deferred_finish_.clear();
+    prefill_slots_.clear();
+    scanned_ = 0;
     const scheduler_stats stats_before = stats_;
     dead_at_start_ = dead_;
     kv_.begin_transaction();
@@ -576,9 +578,14 @@ class iteration_scheduler {
       budget_ -= static_cast<std::int64_t>(m);
       m = 0;
     };
-    for (std::size_t i = 0; i < running_.size(); ++i) {
+    std::size_t i = 0;
+    for (; i < running_.size(); ++i) {
       const slot& s = running_[i];
-      if (i == head_ || !s.alive || !in_decode(s)) continue;
+      if (i == head_ || !s.alive) continue;
+      if (!in_decode(s)) {
+        prefill_slots_.push_back(i);  // continue_prefills() visits these instead of every slot again
+        continue;
+      }
       if (in_room(s, s.done + 1)) {
         // add_entry(i, 0, 1), staged: one decode token over every layer, which emits.
         if (s.reported < 0) {
@@ -596,15 +603,21 @@ class iteration_scheduler {
       }
     }
     flush();
+    scanned_ = i;
   }
 
   // (3) Partial prefills continue: the head's first (it may preempt), then in admission order.
   void continue_prefills(bool chunked) {
     if (head_ < running_.size() && running_[head_].alive && !in_decode(running_[head_]))
       decode_or_continue(head_, true, chunked);
-    for (std::size_t i = 0; i < running_.size() && budget_ > 0; ++i)
+    // Slots stay in place during schedule() and none goes back to prefill while alive, so the prefills
+    // decode_head_first() saw (in index order) and the slots appended since are every candidate.
+    const auto visit = [&](std::size_t i) {
       if (i != head_ && running_[i].alive && !in_decode(running_[i]) && !scheduled(i))
         decode_or_continue(i, false, chunked);
+    };
+    for (std::size_t k = 0; k < prefill_slots_.size() && budget_ > 0; ++k) visit(prefill_slots_[k]);
+    for (std::size_t i = scanned_; i < running_.size() && budget_ > 0; ++i) visit(i);
   }
 
   // ----- The steps of the arrival-order phases (vLLM v0, layered prefill) ---------------------------
@@ -1443,6 +1456,10 @@ class iteration_scheduler {
   std::vector<request_id> main_finished_;
   std::vector<victim_candidate> candidates_;
   std::vector<std::size_t> candidate_slot_;
+  // decode_head_first(): the live slots in prefill among running_[0, scanned_) it passed, in index order
+  // (scanned_ is 0 when it did not run in this schedule()).
+  std::vector<std::size_t> prefill_slots_;
+  std::size_t scanned_ = 0;
   std::vector<std::size_t> order_;  // arrival-order steps: live running indices by (arrival, id)
   detail::undo_log<undo_entry> undo_;
   // find_head()'s cache: running_version_ changes whenever running_ gains, loses or replaces a slot.
