@@ -60,7 +60,7 @@ struct group_options {
   /// ::with_certificates(files) from weft/comm/tls.hpp (link OpenSSL::SSL). Null: after the
   /// handshake the data travels in the clear. The coordinator connection is not covered yet: it
   /// carries membership and state hashes, never tensors, and stays HMAC-authenticated plaintext.
-  std::shared_ptr<const stream_security> tls;
+  std::shared_ptr<const stream_security> tls{};
 };
 
 /// What a round decided. A plain value.

@@ -182,7 +182,7 @@ struct mesh_options {
   /// What secures every data connection after weft's handshake (TLS: weft::comm::tls_security in
   /// weft/comm/tls.hpp); null: the bytes travel in the clear. Every member of an epoch must use it
   /// or none (the handshake refuses a peer that differs, naming TLS).
-  std::shared_ptr<const stream_security> security;
+  std::shared_ptr<const stream_security> security{};
 };
 
 /// "" when `p` is connection `p.index` of member j of epoch `epoch` as `members` lists it (index,
