@@ -295,7 +295,10 @@ class tls_security final : public stream_security {
   }
   tls_security(const tls_security&) = delete;
   tls_security& operator=(const tls_security&) = delete;
-  ~tls_security() override { SSL_CTX_free(ctx_); }
+  ~tls_security() override {
+    SSL_CTX_free(ctx_);
+    OPENSSL_cleanse(psk_.data(), psk_.size());  // the key outlives nothing that needs it
+  }
 
   std::unique_ptr<secure_stream> open(int fd, bool client, const std::string& peer) const override {
     return std::make_unique<tls_stream>(ctx_, fd, client, peer);

@@ -376,7 +376,7 @@ class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link>
 
   void connect_member(int j, int k, const comm::detail::job_secret& secret, deadline until) {
     constexpr const char* where = "weft::comm::elastic::mesh_transport";
-    std::string refused;  // the last reason the peer gave (or failed on) other than the deadline
+    std::string refused;  // the last refusal, by the peer or by this side's checks
     for (;;) {
       int fd = -1;
       try {
@@ -401,7 +401,8 @@ class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link>
         return;
       }
       ::close(fd);
-      if (hs.failure_code() != errc::timeout) refused = hs.failure();
+      // A refusal (or a check that failed here) says what is wrong; a close or a timeout does not.
+      if (hs.failure_code() == errc::mismatch || hs.failure_code() == errc::parse) refused = hs.failure();
       // The peer may still be in another epoch, or busy: retry until the deadline.
       if (clock_type::now() >= until)
         weft::detail::raise(errc::timeout, where, label(), " handshake with ", who(j),
