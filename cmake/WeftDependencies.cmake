@@ -8,7 +8,8 @@
 #   sched   -                                standard library only (uses weft::kv)
 #   moe     -                                standard library only
 #   comm    Threads, Boost (Asio, Graph),    elastic coordinator, ring planning, HMAC-SHA256 connection
-#           OpenSSL (libcrypto)              authentication (core/crypto.hpp); MPI optional
+#           OpenSSL (libcrypto)              authentication (core/crypto.hpp); MPI optional; libssl only
+#                                            for TLS (comm/tls.hpp): its users link OpenSSL::SSL themselves
 #   coding  Eigen3                           decoders solve small dense systems
 #   quant   Threads, TBB                     multi-threaded CPU kernels (CUDA optional)
 set(WEFT_MODULES core kv sched comm coding quant moe)

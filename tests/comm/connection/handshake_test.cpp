@@ -71,6 +71,34 @@ TEST_CASE("handshake: identities are exchanged without a secret", "[comm][handsh
   CHECK(seen_by_server == "three");
 }
 
+TEST_CASE("handshake: the TLS flag must agree; a side that differs is refused by name on both sides",
+          "[comm][handshake][tls]") {
+  wd::job_secret key("a job secret of 32 characters...");
+  for (const bool client_tls : {false, true})
+    for (const bool server_tls : {false, true}) {
+      auto ci = ident(1, "one"), si = ident(0, "zero");
+      ci.tls = client_tls;
+      si.tls = server_tls;
+      handshake c(handshake::role::client, wd::conn_kind::elastic_mesh, ci, key, nullptr);
+      handshake s(handshake::role::server, wd::conn_kind::elastic_mesh, si, key, nullptr);
+      run_pair(c, s);
+      INFO("client TLS " << client_tls << ", server TLS " << server_tls << "\nclient: " << c.failure()
+                         << "\nserver: " << s.failure());
+      if (client_tls == server_tls) {
+        CHECK(c.state() == handshake::status::done);
+        CHECK(s.state() == handshake::status::done);
+        CHECK(s.peer().tls == client_tls);
+        CHECK(c.peer().tls == server_tls);
+      } else {
+        CHECK(c.state() == handshake::status::failed);
+        CHECK(s.state() == handshake::status::failed);
+        CHECK(c.failure().find("TLS") != std::string::npos);
+        CHECK(s.failure().find("TLS") != std::string::npos);
+        CHECK(s.failure_code() == weft::errc::mismatch);
+      }
+    }
+}
+
 TEST_CASE("handshake: the same secret authenticates both sides; a different one or none fails both",
           "[comm][handshake]") {
   const wd::job_secret key("0123456789abcdef-secret"), other("0123456789abcdef-SECRET"), none;

@@ -59,6 +59,9 @@ struct peer_identity {
   std::uint16_t port = 0;      ///< a listening port the side announces (rendezvous)
   std::string name;            ///< a member name (elastic)
   std::string host;            ///< an address the side announces (rendezvous), may be empty
+  /// The side secures the connection with TLS once the handshake is done (a hello flag): both
+  /// sides must agree, so TLS on one side only is refused by name, not met by a garbled stream.
+  bool tls = false;
 };
 
 /// A job's shared secret: every process of a job holds the same one, and a connection is accepted
@@ -140,6 +143,8 @@ inline constexpr std::size_t proof_bytes = 32;
 inline constexpr std::size_t verdict_fixed_bytes = 3;
 inline constexpr std::size_t max_reason_bytes = 255;
 inline constexpr std::uint16_t hello_flag_authenticated = 1;
+inline constexpr std::uint16_t hello_flag_tls = 2;
+inline constexpr std::uint16_t hello_known_flags = hello_flag_authenticated | hello_flag_tls;
 
 // Little-endian codec: the wire is little-endian whatever the host is.
 inline void put_le(std::vector<std::byte>& out, std::uint64_t v, int bytes) {
@@ -174,7 +179,7 @@ inline std::vector<std::byte> encode_hello(conn_kind kind, bool authenticated, c
   put_le(out, wire_magic, 4);
   put_le(out, wire_version, 2);
   put_le(out, static_cast<std::uint16_t>(kind), 2);
-  put_le(out, authenticated ? hello_flag_authenticated : 0, 2);
+  put_le(out, (authenticated ? hello_flag_authenticated : 0) | (id.tls ? hello_flag_tls : 0), 2);
   put_le(out, id.name.size(), 2);
   put_le(out, id.host.size(), 2);
   put_le(out, id.port, 2);
@@ -237,7 +242,7 @@ class handshake {
 
   handshake(role r, conn_kind kind, peer_identity mine, const job_secret& secret, check_fn check,
             const wire_limits& limits = {})
-      : role_(r), kind_(kind), secret_(secret), check_(std::move(check)), limits_(limits) {
+      : role_(r), kind_(kind), secret_(secret), check_(std::move(check)), limits_(limits), tls_(mine.tls) {
     std::array<std::byte, 32> nonce{};
     crypto::random_bytes(nonce);
     expects(mine.name.size() <= limits_.max_name_bytes && mine.host.size() <= limits_.max_host_bytes &&
@@ -368,6 +373,7 @@ class handshake {
     peer_.name.assign(reinterpret_cast<const char*>(in_.data()), header_.name_len);
     peer_.host.assign(reinterpret_cast<const char*>(in_.data()) + header_.name_len, header_.host_len);
     const bool peer_auth = (header_.flags & hello_flag_authenticated) != 0;
+    peer_.tls = (header_.flags & hello_flag_tls) != 0;
     if (role_ == role::server) {
       // Answer every well-formed hello, so a peer of another version or configuration learns why.
       send(mine_);
@@ -375,12 +381,15 @@ class handshake {
       if (header_.kind != static_cast<std::uint16_t>(kind_))
         return refuse(errc::mismatch, weft::detail::concat("this port serves ", to_string(kind_),
                                                            " connections, not kind ", header_.kind));
-      if ((header_.flags & ~hello_flag_authenticated) != 0) return refuse(errc::parse, "unknown hello flags");
+      if ((header_.flags & ~hello_known_flags) != 0) return refuse(errc::parse, "unknown hello flags");
       if (!is_token(peer_.name) || !is_token(peer_.host))
         return refuse(errc::parse, "name or host is not printable ASCII without spaces");
       if (peer_auth != authenticated())
         return refuse(errc::mismatch, authenticated() ? "this job requires a job secret (WEFT_JOB_SECRET)"
                                                       : "this job has no job secret but the peer expects one");
+      if (peer_.tls != tls_)
+        return refuse(errc::mismatch, tls_ ? "this side requires TLS on the connection but the peer does not use it"
+                                           : "the peer requires TLS but this side does not use it");
       if (authenticated()) {
         const auto p = proof('S');
         send(std::as_bytes(std::span(p)));
@@ -395,12 +404,15 @@ class handshake {
     if (header_.kind != static_cast<std::uint16_t>(kind_))
       return fail(errc::mismatch, weft::detail::concat("the peer serves kind ", header_.kind, ", not ",
                                                        to_string(kind_), " connections"));
-    if ((header_.flags & ~hello_flag_authenticated) != 0 || !is_token(peer_.name) || !is_token(peer_.host))
+    if ((header_.flags & ~hello_known_flags) != 0 || !is_token(peer_.name) || !is_token(peer_.host))
       return fail(errc::parse, "malformed hello from the peer");
     if (peer_auth != authenticated())
       return fail(errc::mismatch, authenticated() ? "the peer has no job secret; refusing an unauthenticated peer"
                                                   : "the peer requires a job secret (set WEFT_JOB_SECRET or the "
                                                     "secret option)");
+    if (peer_.tls != tls_)
+      return fail(errc::mismatch, tls_ ? "the peer does not use TLS; this side requires it"
+                                       : "the peer requires TLS; this side does not use it");
     if (authenticated()) return expect_bytes(phase::proof, proof_bytes);
     return client_check();
   }
@@ -474,6 +486,7 @@ class handshake {
   bool verdict_refused_ = false, refused_by_peer_ = false, refused_by_check_ = false;
   hello_header header_;
   peer_identity peer_;
+  bool tls_ = false;  // this side's hello flag (mine.tls)
 };
 
 }  // namespace weft::comm::detail

@@ -1,10 +1,12 @@
 // Internal: the stream_link (link.hpp) of the stream engine over TCP sockets — non-blocking
 // sendmsg/recv, poll(2) to sleep, an eventfd per sleeping thread to wake it. Shared by every TCP
 // path that carries data frames: tcp_transport's mesh and each epoch's mesh of an elastic group.
-// POSIX only; the sockets are connected and authenticated by whoever builds the link.
+// POSIX only; the sockets are connected and authenticated by whoever builds the link, which may
+// also give a stream a secure_stream (TLS: weft/comm/tls.hpp) that every byte then goes through.
 #pragma once
 
 #include <weft/comm/detail/stream_engine.hpp>
+#include <weft/comm/stream_security.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
@@ -30,7 +32,9 @@ namespace weft::comm::detail {
 /// The link of stream_engine over K sockets per peer (fd(peer, conn), set by the owner before the
 /// engine starts; the link does not own or close them). `name` is the context of its errors (a
 /// string that outlives the link). Not for direct use. write_some/read_some of one stream are
-/// called under that stream's engine lock; prepare_wait/wait/poke are thread-safe.
+/// called under that stream's engine lock (its read or its write lock; a secured stream takes a
+/// lock of its own too, since its reads and writes share the session); prepare_wait/wait/poke are
+/// thread-safe.
 class tcp_link {
  public:
   /// One recv(2) takes a frame's header and a small payload (and often the next frames) together.
@@ -45,9 +49,25 @@ class tcp_link {
     fds_.assign(static_cast<std::size_t>(size * conns), -1);
   }
   int& fd(int peer, int conn) { return fds_[slot(peer, conn)]; }
+  /// Sends the stream's bytes through `s` (its handshake done) from now on; before the engine starts.
+  void secure(int peer, int conn, std::unique_ptr<secure_stream> s) {
+    if (secured_.empty()) {
+      secured_.resize(fds_.size());
+      secured_mutex_ = std::make_unique<std::mutex[]>(fds_.size());
+      pending_ = std::make_unique<std::atomic<bool>[]>(fds_.size());
+    }
+    secured_[slot(peer, conn)] = std::move(s);
+  }
 
   /// Header and payload in one sendmsg(2).
   std::size_t write_some(int peer, int conn, const io_part* parts, int count) {
+    if (secure_stream* s = secured(peer, conn)) {
+      std::span<const std::byte> spans[4];
+      const int n = std::min(count, 4);
+      for (int i = 0; i < n; ++i) spans[i] = {parts[i].data, parts[i].len};
+      std::lock_guard lock(secured_mutex_[slot(peer, conn)]);
+      return s->write_some(spans, n);
+    }
     iovec iov[4];
     int n = 0;
     for (int i = 0; i < count && n < 4; ++i)
@@ -64,6 +84,7 @@ class tcp_link {
   }
   std::size_t read_some(int peer, int conn, std::byte* dst, std::size_t n) {
     if (n == 0) return 0;
+    if (secure_stream* s = secured(peer, conn)) return read_secured(*s, slot(peer, conn), dst, n);
     const ssize_t r = ::recv(fd(peer, conn), dst, n, MSG_DONTWAIT);
     if (r > 0) return static_cast<std::size_t>(r);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
@@ -98,6 +119,9 @@ class tcp_link {
   /// called, or `until` (at most 50 ms at a time: a safety net, not the wake-up).
   void wait(std::uint64_t token, deadline until, int write_peer) {
     const int efd = static_cast<int>(token) - 1;
+    if (!secured_.empty())  // bytes decrypted but not taken yet: poll(2) cannot see them
+      for (std::size_t i = 0; i < secured_.size(); ++i)
+        if (pending_[i].load(std::memory_order_relaxed)) until = clock_type::now();
     thread_local std::vector<pollfd> pfds;
     pfds.clear();
     for (int q = 0; q < size_; ++q)
@@ -147,6 +171,21 @@ class tcp_link {
   std::size_t slot(int peer, int conn) const noexcept {
     return static_cast<std::size_t>(peer) * static_cast<std::size_t>(conns_) + static_cast<std::size_t>(conn);
   }
+  secure_stream* secured(int peer, int conn) const noexcept {
+    return secured_.empty() ? nullptr : secured_[slot(peer, conn)].get();
+  }
+  std::size_t read_secured(secure_stream& s, std::size_t i, std::byte* dst, std::size_t n) {
+    std::lock_guard lock(secured_mutex_[i]);
+    try {
+      const std::size_t got = s.read_some(dst, n);
+      pending_[i].store(s.has_pending(), std::memory_order_relaxed);
+      return got;
+    } catch (...) {
+      pending_[i].store(false, std::memory_order_relaxed);
+      if (s.ended()) ended_[i].store(true, std::memory_order_relaxed);  // as read_some's end below
+      throw;
+    }
+  }
 
   // This thread's eventfd (non-blocking), made on first use and again in a forked child (which
   // must not share its parent's counter); closed when the thread ends.
@@ -171,6 +210,11 @@ class tcp_link {
   const char* name_;
   std::vector<int> fds_;
   std::unique_ptr<std::atomic<bool>[]> ended_;  // per stream: read_some saw its end (EOF or error)
+  // Secured streams (all empty when none is): the filter, the lock its reads and writes share, and
+  // whether it holds decrypted bytes that nobody has read yet.
+  std::vector<std::unique_ptr<secure_stream>> secured_;
+  std::unique_ptr<std::mutex[]> secured_mutex_;
+  std::unique_ptr<std::atomic<bool>[]> pending_;
   std::atomic<int> sleepers_{0};
   std::mutex sleepers_mutex_;  // guards sleeping_ (a leaf lock)
   std::vector<int> sleeping_;  // eventfds of the threads in wait()

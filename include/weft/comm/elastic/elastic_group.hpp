@@ -55,6 +55,12 @@ struct group_options {
   /// them; both the same in every member (mesh_options).
   int connections = 2;
   std::size_t stripe_min = std::size_t{1} << 18;
+  /// TLS 1.3 on the data connections between members (opt-in; the same in every member, or the
+  /// mesh refuses to form, naming TLS): weft::comm::tls_security::with_psk(secret) or
+  /// ::with_certificates(files) from weft/comm/tls.hpp (link OpenSSL::SSL). Null: after the
+  /// handshake the data travels in the clear. The coordinator connection is not covered yet: it
+  /// carries membership and state hashes, never tensors, and stays HMAC-authenticated plaintext.
+  std::shared_ptr<const stream_security> tls{};
 };
 
 /// What a round decided. A plain value.
@@ -169,7 +175,8 @@ class elastic_group {
       mesh_.reset();
       broken_ = true;  // until the new mesh stands
       mesh_ = std::make_unique<mesh_transport>(members, me, listen_fd_, e, clock_type::now() + opt_.connect_timeout,
-                                               secret_, limits_, mesh_options{opt_.connections, opt_.stripe_min});
+                                               secret_, limits_,
+                                               mesh_options{opt_.connections, opt_.stripe_min, {}, opt_.tls});
       broken_ = false;
       channel_ = 1;
     }

@@ -13,6 +13,7 @@
 #include <weft/comm/detail/tcp_link.hpp>
 #include <weft/comm/detail/wire.hpp>
 #include <weft/comm/options.hpp>
+#include <weft/comm/stream_security.hpp>
 #include <weft/core/error.hpp>
 
 #include <algorithm>
@@ -178,6 +179,10 @@ struct mesh_options {
   /// How a blocked member waits (tcp_options::waiting has the details; automatic spins when the
   /// epoch's members fit this process's cores, as if they all ran on this host, and yields otherwise).
   wait_options waiting{};
+  /// What secures every data connection after weft's handshake (TLS: weft::comm::tls_security in
+  /// weft/comm/tls.hpp); null: the bytes travel in the clear. Every member of an epoch must use it
+  /// or none (the handshake refuses a peer that differs, naming TLS).
+  std::shared_ptr<const stream_security> security{};
 };
 
 /// "" when `p` is connection `p.index` of member j of epoch `epoch` as `members` lists it (index,
@@ -216,7 +221,10 @@ inline std::string mesh_admission(const comm::detail::peer_identity& p, int j, c
 /// (a failure other than a quiet point-to-point timeout fails the epoch's mesh; the elastic group
 /// then asks for a new epoch). Satisfies concurrent_transport, abortable_transport and
 /// descriptor_checking_transport; thread-safe across channels. Send/recv cost O(bytes) through the
-/// kernel; construction O(members · K) connections.
+/// kernel; construction O(members · K) connections. With opt.security (TLS), every connection then
+/// runs its TLS handshake (the member that connected is the client; all of a member's handshakes
+/// run at once, so no order of members can deadlock) and carries only TLS records: a failed TLS
+/// handshake (a different key, an untrusted certificate) is errc::mismatch naming the member.
 class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link> {
  public:
   static constexpr bool thread_safe_channels = true;
@@ -233,6 +241,7 @@ class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link>
       for (int j = 0; j < me; ++j)
         for (int k = 0; k < K(); ++k) connect_member(j, k, secret, until);
       accept_members(listen_fd, secret, until, log);
+      secure_streams(until);
       start_engine();
     } catch (...) {
       close_all();
@@ -256,6 +265,7 @@ class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link>
                   (j == me_ ? " (this member's own) must be -1" : " must be an open connection"));
       for (int fd : fds_)
         if (fd >= 0) detail::set_nonblocking(fd);
+      secure_streams(clock_type::now() + limits_.handshake_timeout);  // the higher index is the client
       start_engine();
     } catch (...) {
       close_all();
@@ -267,6 +277,7 @@ class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link>
   ~mesh_transport() {
     engine_.reset();  // the engine uses the link, the link the sockets
     link_.reset();
+    secured_.clear();
     close_all();
   }
 
@@ -296,12 +307,52 @@ class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link>
       expects(bad.empty(), errc::invalid_argument, where, bad);
     }
   }
+  // Runs the TLS handshake of every connection (the member that connected, the higher index, is
+  // the client), all at once: a member meets its peers' handshakes in whatever order they come.
+  void secure_streams(deadline until) {
+    constexpr const char* where = "weft::comm::elastic::mesh_transport";
+    if (!opt_.security) return;
+    secured_.resize(fds_.size());
+    std::vector<short> events(fds_.size(), 0);
+    std::vector<bool> done(fds_.size(), false);
+    for (int j = 0; j < size(); ++j)
+      for (int k = 0; k < K(); ++k)
+        if (j != me_) secured_[slot(j, k)] = opt_.security->open(fds_[slot(j, k)], j < me_, who(j));
+    std::vector<pollfd> pfds;
+    for (;;) {
+      pfds.clear();
+      std::string waiting_for;
+      for (int j = 0; j < size(); ++j)
+        for (int k = 0; k < K(); ++k) {
+          const std::size_t i = slot(j, k);
+          if (j == me_ || done[i]) continue;
+          try {
+            done[i] = secured_[i]->handshake(events[i]);
+          } catch (const error& e) {
+            weft::detail::raise(static_cast<errc>(e.code().value()), where, label(), " connection ", k, " to ", who(j),
+                                ": ", e.what());
+          }
+          if (done[i]) continue;
+          pfds.push_back({fds_[i], events[i], 0});
+          if (waiting_for.find(who(j)) == std::string::npos) waiting_for += " " + who(j);
+        }
+      if (pfds.empty()) return;
+      if (clock_type::now() >= until)
+        weft::detail::raise(errc::timeout, where, label(), ": TLS handshakes did not finish before the deadline with",
+                            waiting_for);
+      ::poll(pfds.data(), pfds.size(), std::min(detail::remaining_ms(until), 50));
+    }
+  }
+
   // The connections are up: the stream engine takes them over.
   void start_engine() {
     link_ = std::make_unique<comm::detail::tcp_link>(me_, size(), K(), "weft::comm::elastic::mesh_transport");
     for (int j = 0; j < size(); ++j)
       for (int k = 0; k < K(); ++k)
-        if (j != me_) link_->fd(j, k) = fds_[slot(j, k)];
+        if (j != me_) {
+          link_->fd(j, k) = fds_[slot(j, k)];
+          if (!secured_.empty()) link_->secure(j, k, std::move(secured_[slot(j, k)]));
+        }
     comm::detail::engine_config cfg;
     cfg.limits = limits_;
     cfg.waiting = opt_.waiting;
@@ -319,13 +370,22 @@ class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link>
     id.epoch = epoch_;
     id.instance = members_[idx(me_)].instance;
     id.name = members_[idx(me_)].name;
+    id.tls = opt_.security != nullptr;
     return id;
   }
 
   void connect_member(int j, int k, const comm::detail::job_secret& secret, deadline until) {
     constexpr const char* where = "weft::comm::elastic::mesh_transport";
+    std::string refused;  // the last refusal, by the peer or by this side's checks
     for (;;) {
-      const int fd = detail::connect_to(members_[idx(j)].host, members_[idx(j)].port, until, where, who(j));
+      int fd = -1;
+      try {
+        fd = detail::connect_to(members_[idx(j)].host, members_[idx(j)].port, until, where, who(j));
+      } catch (const error&) {
+        if (refused.empty()) throw;  // the peer refused before: that, not the closed port, is the news
+        weft::detail::raise(errc::timeout, where, label(), " handshake with ", who(j),
+                            ": no handshake before the deadline: ", refused);
+      }
       comm::detail::handshake hs(
           comm::detail::handshake::role::client, comm::detail::conn_kind::elastic_mesh, identity(k), secret,
           [&](const comm::detail::peer_identity& p) {
@@ -341,10 +401,12 @@ class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link>
         return;
       }
       ::close(fd);
+      // A refusal (or a check that failed here) says what is wrong; a close or a timeout does not.
+      if (hs.failure_code() == errc::mismatch || hs.failure_code() == errc::parse) refused = hs.failure();
       // The peer may still be in another epoch, or busy: retry until the deadline.
       if (clock_type::now() >= until)
         weft::detail::raise(errc::timeout, where, label(), " handshake with ", who(j),
-                            ": no handshake before the deadline: ", hs.failure());
+                            ": no handshake before the deadline: ", refused.empty() ? hs.failure() : refused);
       ::poll(nullptr, 0, 5);
     }
   }
@@ -402,7 +464,8 @@ class mesh_transport : public comm::detail::engine_front<comm::detail::tcp_link>
   std::uint64_t epoch_;
   comm::detail::wire_limits limits_;
   mesh_options opt_;
-  std::vector<int> fds_;  // (member, connection) -> socket, owned
+  std::vector<int> fds_;                                 // (member, connection) -> socket, owned
+  std::vector<std::unique_ptr<secure_stream>> secured_;  // TLS sessions, until the link takes them
   std::unique_ptr<comm::detail::tcp_link> link_;
 };
 
