@@ -5,6 +5,7 @@
 // and receives one from the previous, one sendrecv: GB/s per rank, every link busy). Prints per
 // size and workload the median and min-max over the batches and the ratio mesh / tcp (of medians).
 // Usage: bench_comm_elastic_mesh [--ranks N] [--min B] [--max B] [--iters I] [--reps R] [--out f.csv]
+#include "ab_compare.hpp"
 #include "common.hpp"
 
 #include <weft/comm.hpp>
@@ -27,39 +28,8 @@ std::uint16_t free_port() {
   return wc::detail::local_port(fd.get());
 }
 
-template <class Tr>
-double batch_seconds(Tr& t, std::span<float> data, int iters) {
-  wc::options opt;
-  opt.algo = wc::algorithm::ring;
-  opt.timeout = std::chrono::minutes(2);
-  wc::barrier(t);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) wc::allreduce(t, data, weft::op::sum{}, opt);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-}
-
 double busbw(std::size_t bytes, double seconds, int n) {
   return static_cast<double>(bytes) / seconds / 1e9 * 2.0 * (n - 1) / n;
-}
-
-// Seconds per shift: this rank sends `out` to the next rank and receives `in` from the previous.
-template <class Tr>
-double shift_seconds(Tr& t, std::span<const std::byte> out, std::span<std::byte> in, int iters) {
-  const int n = t.size(), r = t.rank();
-  const auto until = wc::clock_type::now() + std::chrono::minutes(2);
-  wc::barrier(t);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) t.sendrecv((r + 1) % n, out, (r + n - 1) % n, in, wc::msg_tag{0x5417u, 0}, until);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-}
-
-void print_line(std::size_t bytes, const char* what, const std::vector<double>& tcp, const std::vector<double>& mesh) {
-  const auto [tmin, tmax] = std::minmax_element(tcp.begin(), tcp.end());
-  const auto [mmin, mmax] = std::minmax_element(mesh.begin(), mesh.end());
-  const double tmed = bench::median(tcp), mmed = bench::median(mesh);
-  std::printf("%10zu  %-9s  %7.3f [%7.3f-%7.3f]     %7.3f [%7.3f-%7.3f]     %.3f\n", bytes, what, tmed, *tmin, *tmax,
-              mmed, *mmin, *mmax, mmed / tmed);
-  std::fflush(stdout);
 }
 
 }  // namespace
@@ -110,18 +80,18 @@ int main(int argc, char** argv) {
           const auto out = std::as_bytes(data);
           const std::span<std::byte> in(shift_in.data(), bytes);
           std::vector<double> tcp_bw, mesh_bw, tcp_shift, mesh_shift;
-          batch_seconds(tcp, data, 1);  // warm-up
-          batch_seconds(mesh, data, 1);
+          bench::ring_allreduce_seconds(tcp, data, 1);  // warm-up
+          bench::ring_allreduce_seconds(mesh, data, 1);
           for (int rep = 0; rep < f.reps; ++rep) {
-            tcp_bw.push_back(busbw(bytes, batch_seconds(tcp, data, f.iters), n));
-            mesh_bw.push_back(busbw(bytes, batch_seconds(mesh, data, f.iters), n));
+            tcp_bw.push_back(busbw(bytes, bench::ring_allreduce_seconds(tcp, data, f.iters), n));
+            mesh_bw.push_back(busbw(bytes, bench::ring_allreduce_seconds(mesh, data, f.iters), n));
             if (n < 2) continue;
-            tcp_shift.push_back(static_cast<double>(bytes) / shift_seconds(tcp, out, in, f.iters) / 1e9);
-            mesh_shift.push_back(static_cast<double>(bytes) / shift_seconds(mesh, out, in, f.iters) / 1e9);
+            tcp_shift.push_back(static_cast<double>(bytes) / bench::shift_seconds(tcp, out, in, f.iters) / 1e9);
+            mesh_shift.push_back(static_cast<double>(bytes) / bench::shift_seconds(mesh, out, in, f.iters) / 1e9);
           }
           if (r != 0) continue;
-          print_line(bytes, "allreduce", tcp_bw, mesh_bw);
-          if (n >= 2) print_line(bytes, "shift", tcp_shift, mesh_shift);
+          bench::print_ab_line(bytes, "allreduce", tcp_bw, mesh_bw);
+          if (n >= 2) bench::print_ab_line(bytes, "shift", tcp_shift, mesh_shift);
           if (!f.out.empty()) {
             const double tsec = static_cast<double>(bytes) * 2.0 * (n - 1) / n / (bench::median(tcp_bw) * 1e9);
             const double msec = static_cast<double>(bytes) * 2.0 * (n - 1) / n / (bench::median(mesh_bw) * 1e9);

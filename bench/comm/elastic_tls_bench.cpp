@@ -5,6 +5,7 @@
 // allreduce (busbw) and a shift (sendrecv to the next rank, from the previous: GB/s per rank).
 // Prints per size and workload the median and min-max over the batches and the ratio TLS / plain.
 // Usage: bench_comm_elastic_tls [--ranks N] [--min B] [--max B] [--iters I] [--reps R] [--out f.csv]
+#include "ab_compare.hpp"
 #include "common.hpp"
 
 #include <weft/comm.hpp>
@@ -23,34 +24,6 @@ namespace we = weft::comm::elastic;
 namespace {
 
 const std::string secret = "bench_comm_elastic_tls job secret 0123456789";
-
-double ring_seconds(we::mesh_transport& t, std::span<float> data, int iters) {
-  wc::options opt;
-  opt.algo = wc::algorithm::ring;
-  opt.timeout = std::chrono::minutes(2);
-  wc::barrier(t);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) wc::allreduce(t, data, weft::op::sum{}, opt);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-}
-
-double shift_seconds(we::mesh_transport& t, std::span<const std::byte> out, std::span<std::byte> in, int iters) {
-  const int n = t.size(), r = t.rank();
-  const auto until = wc::clock_type::now() + std::chrono::minutes(2);
-  wc::barrier(t);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) t.sendrecv((r + 1) % n, out, (r + n - 1) % n, in, wc::msg_tag{0x5417u, 0}, until);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-}
-
-void print_line(std::size_t bytes, const char* what, const std::vector<double>& plain, const std::vector<double>& tls) {
-  const auto [pmin, pmax] = std::minmax_element(plain.begin(), plain.end());
-  const auto [tmin, tmax] = std::minmax_element(tls.begin(), tls.end());
-  const double pmed = bench::median(plain), tmed = bench::median(tls);
-  std::printf("%10zu  %-9s  %7.3f [%7.3f-%7.3f]     %7.3f [%7.3f-%7.3f]     %.3f\n", bytes, what, pmed, *pmin, *pmax,
-              tmed, *tmin, *tmax, tmed / pmed);
-  std::fflush(stdout);
-}
 
 }  // namespace
 
@@ -90,18 +63,20 @@ int main(int argc, char** argv) {
           const auto out = std::as_bytes(data);
           const std::span<std::byte> in(shift_in.data(), bytes);
           std::vector<double> plain_bw, tls_bw, plain_shift, tls_shift;
-          ring_seconds(plain, data, 1);  // warm-up
-          ring_seconds(tls, data, 1);
+          bench::ring_allreduce_seconds(plain, data, 1);  // warm-up
+          bench::ring_allreduce_seconds(tls, data, 1);
           const double algbw_to_bus = 2.0 * (n - 1) / n;
           for (int rep = 0; rep < f.reps; ++rep) {
-            plain_bw.push_back(static_cast<double>(bytes) / ring_seconds(plain, data, f.iters) / 1e9 * algbw_to_bus);
-            tls_bw.push_back(static_cast<double>(bytes) / ring_seconds(tls, data, f.iters) / 1e9 * algbw_to_bus);
-            plain_shift.push_back(static_cast<double>(bytes) / shift_seconds(plain, out, in, f.iters) / 1e9);
-            tls_shift.push_back(static_cast<double>(bytes) / shift_seconds(tls, out, in, f.iters) / 1e9);
+            plain_bw.push_back(static_cast<double>(bytes) / bench::ring_allreduce_seconds(plain, data, f.iters) / 1e9 *
+                               algbw_to_bus);
+            tls_bw.push_back(static_cast<double>(bytes) / bench::ring_allreduce_seconds(tls, data, f.iters) / 1e9 *
+                             algbw_to_bus);
+            plain_shift.push_back(static_cast<double>(bytes) / bench::shift_seconds(plain, out, in, f.iters) / 1e9);
+            tls_shift.push_back(static_cast<double>(bytes) / bench::shift_seconds(tls, out, in, f.iters) / 1e9);
           }
           if (r != 0) continue;
-          print_line(bytes, "allreduce", plain_bw, tls_bw);
-          print_line(bytes, "shift", plain_shift, tls_shift);
+          bench::print_ab_line(bytes, "allreduce", plain_bw, tls_bw);
+          bench::print_ab_line(bytes, "shift", plain_shift, tls_shift);
           if (!f.out.empty()) {
             bench::row(f, "elastic", "mesh", "ring", bytes,
                        static_cast<double>(bytes) * algbw_to_bus / (bench::median(plain_bw) * 1e9));
