@@ -38,8 +38,9 @@
 #     that should fire, so it fails both when the file compiles and when it breaks for another reason.
 find_package(Catch2 2.13 REQUIRED)
 
-# A test compiled by a second compiler only has to compile: running the suite once, under ASan+UBSan,
-# finds what running it twice would, and g++ -fsyntax-only costs under half of g++ -O0 code generation.
+# A test compiled by a second compiler only has to compile: the suite runs once, under ASan+UBSan (a
+# second, unsanitized run of the same code adds little), and g++ -fsyntax-only costs under half of a
+# g++ -O0 build.
 option(WEFT_TESTS_COMPILE_ONLY "Compile every test with -fsyntax-only; link and register none" OFF)
 
 # _weft_syntax_only(<target>): the target's C++ sources are compiled with -fsyntax-only (an empty object
@@ -96,20 +97,20 @@ function(_weft_test_pch module)
   target_link_libraries(${pch} PRIVATE weft::${module} Catch2::Catch2 weft_warnings)
   target_compile_features(${pch} PRIVATE cxx_std_20)
   set(headers <catch2/catch.hpp>)
-  if(EXISTS "${PROJECT_SOURCE_DIR}/include/weft/${module}.hpp" AND NOT _weft_pch_loses_pragmas)
-    list(APPEND headers <weft/${module}.hpp>)
-  elseif(EXISTS "${PROJECT_SOURCE_DIR}/include/weft/${module}.hpp")
-    # g++ before 13 drops a header's `#pragma GCC diagnostic` state from a PCH (GCC PR 64117), so a
-    # warning the module silences that way (quant's g++ 12 AVX-512 false positives, Eigen's) would
-    # come back in every test: such a module's umbrella stays out of the PCH there.
-    file(GLOB_RECURSE module_headers "${PROJECT_SOURCE_DIR}/include/weft/${module}/*.hpp")
+  if(EXISTS "${PROJECT_SOURCE_DIR}/include/weft/${module}.hpp")
     set(pragmas "")
-    foreach(header IN LISTS module_headers)
-      file(STRINGS "${header}" pragmas REGEX "GCC diagnostic" LIMIT_COUNT 1)
-      if(pragmas)
-        break()
-      endif()
-    endforeach()
+    if(_weft_pch_loses_pragmas)
+      # g++ before 13 drops a header's `#pragma GCC diagnostic` state from a PCH (GCC PR 64117), so a
+      # warning the module silences that way (quant's g++ 12 AVX-512 false positives, Eigen's) would
+      # come back in every test: such a module's umbrella stays out of the PCH there.
+      file(GLOB_RECURSE module_headers "${PROJECT_SOURCE_DIR}/include/weft/${module}/*.hpp")
+      foreach(header IN LISTS module_headers)
+        file(STRINGS "${header}" pragmas REGEX "GCC diagnostic" LIMIT_COUNT 1)
+        if(pragmas)
+          break()
+        endif()
+      endforeach()
+    endif()
     if(NOT pragmas)
       list(APPEND headers <weft/${module}.hpp>)
     endif()
