@@ -3,6 +3,7 @@
 // "Efficient Fair Queuing Using Deficit Round Robin", SIGCOMM 1995, §3, with tokens instead of bytes.
 #pragma once
 
+#include <weft/sched/detail/client_table.hpp>
 #include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/request.hpp>
 
@@ -11,7 +12,6 @@
 #include <cstdint>
 #include <deque>
 #include <limits>
-#include <unordered_map>
 
 namespace weft::sched {
 
@@ -53,13 +53,13 @@ class drr_queue {
   /// Runs the round robin until the client at the front can pay for its head request.
   const request* peek(double /*now*/) {
     if (active_.empty()) return nullptr;
-    return &clients_.find(select())->second.waiting.front();
+    return &clients_.find(select())->waiting.front();
   }
 
   request pop(double /*now*/) {
     expects(!active_.empty(), errc::precondition, "weft::sched::drr_queue::pop", "queue is empty");
     const client_id c = select();
-    auto& st = clients_.find(c)->second;
+    auto& st = *clients_.find(c);
     request r = st.waiting.front();
     st.waiting.pop_front();
     st.deficit -= cost(r);
@@ -106,7 +106,7 @@ class drr_queue {
   client_id select() {
     for (;;) {
       const client_id c = active_.front();
-      auto& st = clients_.find(c)->second;
+      auto& st = *clients_.find(c);
       if (!st.turn_open) {
         st.deficit += opt_.quantum_tokens * st.weight;
         st.turn_open = true;
@@ -119,13 +119,13 @@ class drr_queue {
   }
 
   client_state& known(client_id c, const char* where) {
-    auto it = clients_.find(c);
-    expects(it != clients_.end(), errc::not_found, where, "unknown client ", c, " (it never queued a request)");
-    return it->second;
+    client_state* st = clients_.find(c);
+    expects(st != nullptr, errc::not_found, where, "unknown client ", c, " (it never queued a request)");
+    return *st;
   }
 
   options opt_;
-  std::unordered_map<client_id, client_state> clients_;
+  detail::client_table<client_state> clients_;
   std::deque<client_id> active_;
   std::size_t size_ = 0;
 };

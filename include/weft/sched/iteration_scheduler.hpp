@@ -551,33 +551,61 @@ class iteration_scheduler {
 
   // ----- The steps of the stall-free phase -----------------------------------------------------
 
+  // The common decode — one token inside the request's private room, no KV call — is staged in a
+  // small buffer and appended in bulk: one vector insert per 64 entries instead of two calls per entry
+  // (inside a phase's plan the compiler will not inline the pushes). Anything else flushes the buffer
+  // first, so the batch keeps the loop's order and a preemption finds every entry in place.
+  class decode_stager {
+   public:
+    explicit decode_stager(iteration_scheduler& sched) : sched_(sched) {
+      // The buffer lives with the scheduler: a local array's 64 default-built entries cost more per
+      // iteration than the decodes of a small batch.
+      if (sched_.staged_.size() < chunk) {
+        sched_.staged_.resize(chunk);
+        sched_.staged_slot_.resize(chunk);
+      }
+      staged_ = sched_.staged_.data();
+      staged_slot_ = sched_.staged_slot_.data();
+    }
+    // add_entry(i, 0, 1), staged: one decode token over every layer, which emits. The caller checked
+    // in_room(s, s.done + 1).
+    void add(std::size_t i) {
+      const slot& s = sched_.running_[i];
+      if (s.reported < 0) {
+        ++sched_.may_report_;
+        ++sched_.first_step_reports_;
+      } else if (!Phase::batches_decoded_ids) {
+        ++sched_.may_report_;
+      }
+      staged_[m_] = {s.id, s.client, 0, 1, s.done + 1, true, s.with_ids ? s.pending : -1, layer_range{}};
+      staged_slot_[m_] = i;
+      if (++m_ == chunk) flush();
+    }
+    void flush() {
+      sched_.batch_.entries.insert(sched_.batch_.entries.end(), staged_, staged_ + m_);
+      sched_.entry_slot_.insert(sched_.entry_slot_.end(), staged_slot_, staged_slot_ + m_);
+      sched_.batch_.decode_tokens += static_cast<std::int64_t>(m_);
+      sched_.budget_ -= static_cast<std::int64_t>(m_);
+      m_ = 0;
+    }
+
+   private:
+    static constexpr std::size_t chunk = 64;
+    iteration_scheduler& sched_;
+    batch_entry* staged_ = nullptr;
+    std::size_t* staged_slot_ = nullptr;
+    std::size_t m_ = 0;
+  };
+
+  // ----- The steps of the stall-free phase -----------------------------------------------------
+
   // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
   // first so its growth can never be blocked by others' growth in the same iteration.
-  // The common case — a decode inside the request's private room, no KV call — is staged in a small
-  // local buffer and appended in bulk (one vector insert per 64 entries instead of two calls per entry;
-  // inside the phase's plan the compiler will not inline the pushes). Anything else flushes the buffer
-  // first, so the batch keeps the loop's order and a preemption finds every entry in place.
   void decode_head_first() {
     detail::reserve_more(batch_.entries, running_.size());
     detail::reserve_more(entry_slot_, running_.size());
     if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true, false);
-    constexpr std::size_t chunk = 64;
-    // The buffer lives with the scheduler: a local array's 64 default-built entries cost more per
-    // iteration than the decodes of a small batch.
-    if (staged_.size() < chunk) {
-      staged_.resize(chunk);
-      staged_slot_.resize(chunk);
-    }
-    batch_entry* const staged = staged_.data();
-    std::size_t* const staged_slot = staged_slot_.data();
-    std::size_t m = 0;
-    const auto flush = [&] {
-      batch_.entries.insert(batch_.entries.end(), staged, staged + m);
-      entry_slot_.insert(entry_slot_.end(), staged_slot, staged_slot + m);
-      batch_.decode_tokens += static_cast<std::int64_t>(m);
-      budget_ -= static_cast<std::int64_t>(m);
-      m = 0;
-    };
+    decode_stager staged(*this);
     std::size_t i = 0;
     for (; i < running_.size(); ++i) {
       const slot& s = running_[i];
@@ -587,22 +615,13 @@ class iteration_scheduler {
         continue;
       }
       if (in_room(s, s.done + 1)) {
-        // add_entry(i, 0, 1), staged: one decode token over every layer, which emits.
-        if (s.reported < 0) {
-          ++may_report_;
-          ++first_step_reports_;
-        } else if (!Phase::batches_decoded_ids) {
-          ++may_report_;
-        }
-        staged[m] = {s.id, s.client, 0, 1, s.done + 1, true, s.with_ids ? s.pending : -1, layer_range{}};
-        staged_slot[m] = i;
-        if (++m == chunk) flush();
+        staged.add(i);
       } else {
-        flush();
+        staged.flush();
         decode_or_continue(i, true, false);
       }
     }
-    flush();
+    staged.flush();
     scanned_ = i;
   }
 
@@ -622,14 +641,28 @@ class iteration_scheduler {
 
   // ----- The steps of the arrival-order phases (vLLM v0, layered prefill) ---------------------------
 
-  // The live running requests in arrival order (ties: id), into order_. O(R log R).
+  // The live running requests in arrival order (ties: id), into order_. O(R) when the slots are in
+  // that order already (admissions append in queue order; only a re-admitted preempted request lands
+  // out of order), else O(R log R). This runs every iteration, so the common case skips the sort.
   void arrival_order() {
-    order_.clear();
-    for (std::size_t i = 0; i < running_.size(); ++i)
-      if (running_[i].alive) order_.push_back(i);
-    std::sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) {
+    const auto earlier = [&](std::size_t a, std::size_t b) {
       return std::tie(running_[a].arrival_s, running_[a].id) < std::tie(running_[b].arrival_s, running_[b].id);
-    });
+    };
+    order_.resize(running_.size());
+    std::size_t n = 0;
+    bool sorted = true;
+    double last_arrival = 0;
+    request_id last_id{};
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      const slot& s = running_[i];
+      if (!s.alive) continue;
+      sorted = sorted && (n == 0 || std::tie(last_arrival, last_id) < std::tie(s.arrival_s, s.id));
+      last_arrival = s.arrival_s;
+      last_id = s.id;
+      order_[n++] = i;
+    }
+    order_.resize(n);
+    if (!sorted) std::sort(order_.begin(), order_.end(), earlier);
   }
 
   // Every running request past its prefill decodes one token, oldest first; when KV cannot grow, the
@@ -638,13 +671,20 @@ class iteration_scheduler {
     arrival_order();
     detail::reserve_more(batch_.entries, running_.size());
     detail::reserve_more(entry_slot_, running_.size());
+    decode_stager staged(*this);
     for (std::size_t pos = 0; pos < order_.size(); ++pos) {
       const std::size_t i = order_[pos];
       if (!running_[i].alive || !in_decode(running_[i])) continue;
+      if (in_room(running_[i], running_[i].done + 1)) {  // what ensure() would say, without a KV call
+        staged.add(i);
+        continue;
+      }
+      staged.flush();
       while (running_[i].alive && !ensure(i, running_[i].done + 1))
         if (!preempt_later(pos)) preempt(i);  // nobody later to evict: it gives way itself
       if (running_[i].alive) add_entry(i, 0, 1);
     }
+    staged.flush();
   }
 
   // Preempts the Victim's choice among the live requests after order_[pos] (a waiting fork first).
@@ -1444,7 +1484,7 @@ class iteration_scheduler {
   std::vector<request> front_;
   detail::request_store held_;  // every request here, with its prompt ids and media (copied at submit)
   std::vector<std::size_t> entry_slot_;
-  std::vector<batch_entry> staged_;       // decode_head_first's scratch (contents dead between calls)
+  std::vector<batch_entry> staged_;       // decode_stager's buffer (contents dead between calls)
   std::vector<std::size_t> staged_slot_;  // its slots
   std::vector<std::size_t> remap_;
   std::vector<std::size_t> done_entries_;

@@ -3,6 +3,7 @@
 // Each client has a counter of weighted service; the backlogged client with the least counter goes next.
 #pragma once
 
+#include <weft/sched/detail/client_table.hpp>
 #include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/request.hpp>
 
@@ -66,14 +67,14 @@ class vtc_queue {
   const request* peek(double /*now*/) {
     settle();
     if (backlogged_.empty()) return nullptr;
-    return &clients_.find(backlogged_.begin()->second)->second.waiting.front();
+    return &clients_.find(backlogged_.begin()->second)->waiting.front();
   }
 
   request pop(double /*now*/) {
     expects(!backlogged_.empty(), errc::precondition, "weft::sched::vtc_queue::pop", "queue is empty");
     settle();
     const auto [counter, c] = *backlogged_.begin();
-    auto& st = clients_.find(c)->second;
+    auto& st = *clients_.find(c);
     request r = st.waiting.front();
     st.waiting.pop_front();
     --size_;
@@ -122,9 +123,9 @@ class vtc_queue {
 
   /// Client c's counter (weighted service, scaled by 1/weight). Throws for a client never seen.
   double counter(client_id c) const {
-    auto it = clients_.find(c);
-    expects(it != clients_.end(), errc::not_found, "weft::sched::vtc_queue::counter", "unknown client ", c);
-    return it->second.counter;
+    const client_state* st = clients_.find(c);
+    expects(st != nullptr, errc::not_found, "weft::sched::vtc_queue::counter", "unknown client ", c);
+    return st->counter;
   }
 
   std::size_t size() const noexcept { return size_; }
@@ -139,9 +140,9 @@ class vtc_queue {
   };
 
   client_state& known(client_id c, const char* where) {
-    auto it = clients_.find(c);
-    expects(it != clients_.end(), errc::not_found, where, "unknown client ", c, " (it never queued a request)");
-    return it->second;
+    client_state* st = clients_.find(c);
+    expects(st != nullptr, errc::not_found, where, "unknown client ", c, " (it never queued a request)");
+    return *st;
   }
 
   // Charges are frequent (one per output token) and reads rare (one per admission), so an increase
@@ -161,7 +162,7 @@ class vtc_queue {
   void settle() {
     while (!backlogged_.empty()) {
       const client_id c = backlogged_.begin()->second;
-      auto& st = clients_.find(c)->second;
+      auto& st = *clients_.find(c);
       if (st.key == st.counter) return;
       backlogged_.erase(backlogged_.begin());
       backlogged_.emplace(st.counter, c);
@@ -170,7 +171,7 @@ class vtc_queue {
   }
 
   options opt_;
-  std::unordered_map<client_id, client_state> clients_;
+  detail::client_table<client_state> clients_;
   // Invariant: backlogged_ holds (key, client) for exactly the clients with waiting requests.
   std::set<std::pair<double, client_id>> backlogged_;
   std::unordered_map<request_id, std::int64_t> emitted_;

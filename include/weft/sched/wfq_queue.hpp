@@ -4,6 +4,7 @@
 // "A Self-Clocked Fair Queueing Scheme", INFOCOM 1994); token costs as in VTC (Sheng et al., OSDI 2024).
 #pragma once
 
+#include <weft/sched/detail/client_table.hpp>
 #include <weft/sched/detail/service_report.hpp>
 #include <weft/sched/request.hpp>
 
@@ -14,7 +15,6 @@
 #include <limits>
 #include <set>
 #include <tuple>
-#include <unordered_map>
 
 namespace weft::sched {
 
@@ -56,14 +56,14 @@ class wfq_queue {
   /// The queued request with the smallest finish tag (ties: earlier push).
   const request* peek(double /*now*/) const {
     if (heads_.empty()) return nullptr;
-    return &clients_.find(std::get<2>(*heads_.begin()))->second.waiting.front().r;
+    return &clients_.find(std::get<2>(*heads_.begin()))->waiting.front().r;
   }
 
   request pop(double /*now*/) {
     expects(!heads_.empty(), errc::precondition, "weft::sched::wfq_queue::pop", "queue is empty");
     const auto [finish, seq, c] = *heads_.begin();
     heads_.erase(heads_.begin());
-    auto& st = clients_.find(c)->second;
+    auto& st = *clients_.find(c);
     request r = st.waiting.front().r;
     st.waiting.pop_front();
     virtual_time_ = finish;  // self-clocked: virtual time is the tag of the request entering service
@@ -105,13 +105,13 @@ class wfq_queue {
     return opt_.weights.charge(r, out);
   }
   client_state& known(client_id c, const char* where) {
-    auto it = clients_.find(c);
-    expects(it != clients_.end(), errc::not_found, where, "unknown client ", c, " (it never queued a request)");
-    return it->second;
+    client_state* st = clients_.find(c);
+    expects(st != nullptr, errc::not_found, where, "unknown client ", c, " (it never queued a request)");
+    return *st;
   }
 
   options opt_;
-  std::unordered_map<client_id, client_state> clients_;
+  detail::client_table<client_state> clients_;
   // Invariant: one entry (head finish tag, head seq, client) per client with waiting requests.
   std::set<std::tuple<double, std::uint64_t, client_id>> heads_;
   double virtual_time_ = 0.0;

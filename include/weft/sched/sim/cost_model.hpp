@@ -13,6 +13,7 @@
 #include <weft/sched/sim/vidur_profile.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -388,10 +389,13 @@ class cost_model {
     if (!(tokens > 0.0) || !(end > first)) return 0.0;
     double dense;
     if (profile_) {
-      dense = 0.0;
-      for (const layer_op op : {layer_op::input_layernorm, layer_op::attn_pre_proj, layer_op::attn_rope,
-                                layer_op::attn_post_proj, layer_op::post_attention_layernorm, layer_op::add})
-        dense += profile_->layer.op_s(op, tokens);
+      static constexpr std::array<layer_op, 6> non_mlp{layer_op::input_layernorm,
+                                                       layer_op::attn_pre_proj,
+                                                       layer_op::attn_rope,
+                                                       layer_op::attn_post_proj,
+                                                       layer_op::post_attention_layernorm,
+                                                       layer_op::add};
+      dense = profile_->layer.ops_s(non_mlp, tokens);
     } else {
       const double w =
           (p_.model.attention_params_per_layer() + 1.0 * p_.model.hidden * p_.model.moe.experts) / p_.tensor_parallel;

@@ -82,6 +82,11 @@ class layer_profile {
         totals_[i] += ops_[op][i];
       }
     }
+    // Where each interval's tile step sits (or linear_interval), once: position() runs per iteration.
+    step_at_.assign(tokens_.size(), linear_interval);
+    for (std::size_t i = 0; i + 1 < tokens_.size(); ++i)
+      if (!(std::abs(totals_[i + 1] - totals_[i]) <= step_threshold * std::min(totals_[i], totals_[i + 1])))
+        step_at_[i] = roundest(tokens_[i], tokens_[i + 1]);
   }
 
   const std::string& source() const noexcept { return source_; }
@@ -106,6 +111,15 @@ class layer_profile {
   double op_s(layer_op op, double tokens) const noexcept {
     const auto [i, w] = position(tokens);
     return blend(ops_[static_cast<std::size_t>(op)], i, w, tokens);
+  }
+
+  /// op_s(ops[0], tokens) + op_s(ops[1], tokens) + ..., added in that order (the same value), with
+  /// the interpolation point found once. O(log points + ops).
+  double ops_s(std::span<const layer_op> ops, double tokens) const noexcept {
+    const auto [i, w] = position(tokens);
+    double sum = 0.0;
+    for (const layer_op op : ops) sum += blend(ops_[static_cast<std::size_t>(op)], i, w, tokens);
+    return sum;
   }
 
   /// The same profile with each operator scaled by the ratio of its work in `to` to its work in this
@@ -151,10 +165,11 @@ class layer_profile {
     const auto it = std::upper_bound(tokens_.begin(), tokens_.end(), tokens,
                                      [](double t, std::int64_t p) { return t < static_cast<double>(p); });
     const std::size_t i = static_cast<std::size_t>(it - tokens_.begin()) - 1;
-    const double t0 = static_cast<double>(tokens_[i]), t1 = static_cast<double>(tokens_[i + 1]);
-    const double y0 = totals_[i], y1 = totals_[i + 1];
-    if (std::abs(y1 - y0) <= step_threshold * std::min(y0, y1)) return {i, (tokens - t0) / (t1 - t0)};
-    return {i, tokens <= static_cast<double>(roundest(tokens_[i], tokens_[i + 1])) ? 0.0 : 1.0};
+    if (step_at_[i] == linear_interval) {
+      const double t0 = static_cast<double>(tokens_[i]), t1 = static_cast<double>(tokens_[i + 1]);
+      return {i, (tokens - t0) / (t1 - t0)};
+    }
+    return {i, tokens <= static_cast<double>(step_at_[i]) ? 0.0 : 1.0};
   }
 
   double blend(const std::vector<double>& y, std::size_t i, double w, double tokens) const noexcept {
@@ -179,6 +194,7 @@ class layer_profile {
   }
 
   static constexpr double step_threshold = 0.15;
+  static constexpr std::int64_t linear_interval = -1;
   static constexpr std::int64_t max_tokens = std::int64_t{1} << 40;
 
   std::string source_;
@@ -188,6 +204,8 @@ class layer_profile {
   std::vector<std::int64_t> tokens_;
   op_table ops_;
   std::vector<double> totals_;
+  // step_at_[i]: the tile step between points i and i + 1, or linear_interval (last entry unused).
+  std::vector<std::int64_t> step_at_;
 };
 
 }  // namespace weft::sched::sim
