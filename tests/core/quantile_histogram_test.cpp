@@ -90,6 +90,7 @@ struct slow_histogram {
   double gamma, log_gamma;
   std::map<std::int64_t, std::uint64_t> buckets;
   std::uint64_t zeros = 0, count = 0;
+  double sum = 0.0;  // added in record order, as the histogram must
   double min = std::numeric_limits<double>::infinity(), max = -std::numeric_limits<double>::infinity();
   explicit slow_histogram(double a) : gamma((1.0 + a) / (1.0 - a)), log_gamma(std::log(gamma)) {}
   void record(double v) {
@@ -98,6 +99,7 @@ struct slow_histogram {
     else
       ++buckets[static_cast<std::int64_t>(std::ceil(std::log(v) / log_gamma))];
     ++count;
+    sum += v;
     min = std::min(min, v);
     max = std::max(max, v);
   }
@@ -160,6 +162,7 @@ TEST_CASE("quantile histogram: the repeated-value fast path keys every value as 
     CHECK_THROWS_AS(fast.record(-0.5), weft::error);
     both(previous);
     REQUIRE(fast.count() == slow.count);
+    CHECK(fast.sum() == slow.sum);  // exact: the same additions in the same order
     REQUIRE_FALSE(fast.collapsed());
     CHECK(fast.min() == slow.min);
     CHECK(fast.max() == slow.max);

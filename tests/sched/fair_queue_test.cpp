@@ -235,3 +235,47 @@ TEST_CASE("any_fair_queue forwards to the chosen queue", "[sched][queue]") {
   CHECK(q.size() == 1);
   CHECK_THROWS_AS(q.on_tokens(make(3, 9, 1), 1), weft::error);
 }
+
+// The fair queues find a client's state by indexing for ids below 2^16 and by hashing above: the same
+// workload under order-preserving renumberings into either range (and across it) is served the same,
+// and a copy of a queue is independent of the original.
+template <class Q>
+std::vector<std::uint64_t> serve_mixed(const std::vector<std::uint32_t>& ids, bool copy_midway) {
+  Q q;
+  std::uint64_t next = 1;
+  std::vector<std::uint64_t> order;
+  for (int round = 0; round < 6; ++round) {
+    for (std::size_t c = 0; c < ids.size(); ++c)
+      for (std::size_t k = 0; k <= c; ++k)  // client c queues c + 1 requests of different sizes per round
+        q.push(make(next++, ids[c], 20 + static_cast<std::int64_t>(7 * c + 3 * k)), 0.0);
+    for (int k = 0; k < 5 && !q.empty(); ++k) {
+      request r = q.pop(0.0);
+      q.on_admit(r);
+      q.on_tokens(r, 3 + r.prompt_tokens % 5);
+      q.on_finish(r, 3 + r.prompt_tokens % 5);
+      order.push_back(r.id.value());
+    }
+    if (copy_midway && round == 2) {
+      Q copy = q;                     // the copy serves what the original would have...
+      const auto rest = drain(copy);  // ...and draining it leaves the original untouched
+      CHECK(copy.empty());
+      CHECK(q.size() == rest.size());
+    }
+  }
+  const auto rest = drain(q);
+  order.insert(order.end(), rest.begin(), rest.end());
+  return order;
+}
+
+TEMPLATE_TEST_CASE("fair queues serve small, large and mixed client ids alike", "[sched][queue]", vtc_queue, wfq_queue,
+                   drr_queue) {
+  const std::vector<std::uint32_t> small{0, 1, 2, 3};
+  const auto expected = serve_mixed<TestType>(small, false);
+  CHECK(serve_mixed<TestType>({7, 65535, 65536, 4000000000u}, false) == expected);  // both sides of 2^16
+  CHECK(serve_mixed<TestType>({70000, 80000, 90000, 100000}, false) == expected);   // hashed only
+  CHECK(serve_mixed<TestType>(small, true) == expected);                            // copies are values
+  TestType q;
+  const request stranger = make(1, 123456, 10);
+  CHECK_THROWS_AS(q.on_admit(stranger), weft::error);  // an id never queued is unknown in either range
+  CHECK_THROWS_AS(q.on_admit(make(2, 5, 10)), weft::error);
+}

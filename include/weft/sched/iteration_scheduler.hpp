@@ -560,8 +560,10 @@ class iteration_scheduler {
     explicit decode_stager(iteration_scheduler& sched) : sched_(sched) {
       // The buffer lives with the scheduler: a local array's 64 default-built entries cost more per
       // iteration than the decodes of a small batch.
+      // Every staged entry is a one-token decode over every layer that emits: the buffer holds those
+      // fields once, and add() writes only what differs per request.
       if (sched_.staged_.size() < chunk) {
-        sched_.staged_.resize(chunk);
+        sched_.staged_.assign(chunk, batch_entry{{}, {}, 0, 1, 0, true, -1, layer_range{}});
         sched_.staged_slot_.resize(chunk);
       }
       staged_ = sched_.staged_.data();
@@ -577,7 +579,11 @@ class iteration_scheduler {
       } else if (!Phase::batches_decoded_ids) {
         ++sched_.may_report_;
       }
-      staged_[m_] = {s.id, s.client, 0, 1, s.done + 1, true, s.with_ids ? s.pending : -1, layer_range{}};
+      batch_entry& e = staged_[m_];
+      e.id = s.id;
+      e.client = s.client;
+      e.context_tokens = s.done + 1;
+      e.token = s.with_ids ? s.pending : -1;
       staged_slot_[m_] = i;
       if (++m_ == chunk) flush();
     }
@@ -1484,7 +1490,7 @@ class iteration_scheduler {
   std::vector<request> front_;
   detail::request_store held_;  // every request here, with its prompt ids and media (copied at submit)
   std::vector<std::size_t> entry_slot_;
-  std::vector<batch_entry> staged_;       // decode_stager's buffer (contents dead between calls)
+  std::vector<batch_entry> staged_;       // decode_stager's buffer (only its per-request fields change)
   std::vector<std::size_t> staged_slot_;  // its slots
   std::vector<std::size_t> remap_;
   std::vector<std::size_t> done_entries_;
