@@ -2,8 +2,11 @@
 # different code under -march=x86-64-v2/v3/v4 (SSE4.2, AVX2, AVX-512), so CI builds them once per level
 # (`make test-isa`, presets isa-v2/v3/v4) and runs the tests labelled "isa" where the CPU can:
 #   weft_isa_tests    the tests of those modules (quant, coding) and any test that links Eigen;
-#   weft_isa_targets  those tests plus the examples and benchmarks that use them (built for v4, the
-#                     level `make bench` compiles for on AVX-512 machines and the one g++ 12 warns at).
+#   weft_isa_targets  those tests plus the benchmarks that use them (built for v4, the level `make
+#                     bench` compiles for on AVX-512 machines and the one g++ 12 warns at; no other
+#                     stage of `make test` compiles the benchmarks).
+# The examples are left out: `make test-package` builds every one of them, with -Werror, against the
+# installed package, and at -O3 for v4 they cost more than the tests (diloco alone 51 s of CPU).
 # Everything else is the same code at every level: compiled by g++ (gcc-check), built and run once
 # (asan-ubsan).
 set(WEFT_ISA_MODULES quant coding)

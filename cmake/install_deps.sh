@@ -20,7 +20,7 @@ for arg in "$@"; do
 done
 
 # Build and test packages. Keep in step with cmake/WeftDependencies.cmake.
-packages=(cmake g++ clang libclang-rt-14-dev make catch2 libboost-dev libboost-graph-dev libeigen3-dev libtbb-dev
+packages=(cmake g++ clang libclang-rt-14-dev lld make catch2 libboost-dev libboost-graph-dev libeigen3-dev libtbb-dev
           librange-v3-dev libssl-dev libopenmpi-dev openmpi-bin python3-pip)
 if [[ $want_bench == 1 ]]; then
   packages+=(libbenchmark-dev libgloo-dev libdnnl-dev)
