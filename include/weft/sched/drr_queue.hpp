@@ -74,14 +74,14 @@ class drr_queue {
     return r;
   }
 
-  void on_admit(const request& r) { known(r.client, "weft::sched::drr_queue::on_admit"); }
+  void on_admit(const request& r) { clients_.known(r.client, "weft::sched::drr_queue::on_admit"); }
   void on_tokens(const request& r, std::int64_t n) {
     detail::check_token_count(r, n, "weft::sched::drr_queue::on_tokens");
-    known(r.client, "weft::sched::drr_queue::on_tokens");
+    clients_.known(r.client, "weft::sched::drr_queue::on_tokens");
   }
   void on_finish(const request& r, std::int64_t generated) {
     detail::check_generated_count(r, generated, "weft::sched::drr_queue::on_finish");
-    auto& st = known(r.client, "weft::sched::drr_queue::on_finish");
+    auto& st = clients_.known(r.client, "weft::sched::drr_queue::on_finish");
     const double actual = opt_.weights.charge(r, generated);
     st.deficit -= actual - cost(r);
   }
@@ -116,12 +116,6 @@ class drr_queue {
       active_.pop_front();
       active_.push_back(c);
     }
-  }
-
-  client_state& known(client_id c, const char* where) {
-    client_state* st = clients_.find(c);
-    expects(st != nullptr, errc::not_found, where, "unknown client ", c, " (it never queued a request)");
-    return *st;
   }
 
   options opt_;

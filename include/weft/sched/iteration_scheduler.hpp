@@ -549,7 +549,7 @@ class iteration_scheduler {
     }
   }
 
-  // ----- The steps of the stall-free phase -----------------------------------------------------
+  // ----- Decode staging (the stall-free and arrival-order phases) ------------------------------
 
   // The common decode — one token inside the request's private room, no KV call — is staged in a
   // small buffer and appended in bulk: one vector insert per 64 entries instead of two calls per entry
@@ -558,10 +558,9 @@ class iteration_scheduler {
   class decode_stager {
    public:
     explicit decode_stager(iteration_scheduler& sched) : sched_(sched) {
-      // The buffer lives with the scheduler: a local array's 64 default-built entries cost more per
-      // iteration than the decodes of a small batch.
-      // Every staged entry is a one-token decode over every layer that emits: the buffer holds those
-      // fields once, and add() writes only what differs per request.
+      // The buffer lives with the scheduler (a local array's 64 default-built entries cost more per
+      // iteration than the decodes of a small batch). Every staged entry is a one-token decode over
+      // every layer that emits: the buffer holds those fields once, and add() writes the rest.
       if (sched_.staged_.size() < chunk) {
         sched_.staged_.assign(chunk, batch_entry{{}, {}, 0, 1, 0, true, -1, layer_range{}});
         sched_.staged_slot_.resize(chunk);

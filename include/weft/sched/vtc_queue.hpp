@@ -86,7 +86,7 @@ class vtc_queue {
   }
 
   void on_admit(const request& r) {
-    auto& st = known(r.client, "weft::sched::vtc_queue::on_admit");
+    auto& st = clients_.known(r.client, "weft::sched::vtc_queue::on_admit");
     double charge = opt_.weights.input * static_cast<double>(r.prompt_tokens - r.kv_ready_tokens);
     if (opt_.use_prediction) {
       charge += opt_.weights.output * static_cast<double>(r.predicted_output_tokens);
@@ -97,7 +97,7 @@ class vtc_queue {
 
   void on_tokens(const request& r, std::int64_t n) {
     detail::check_token_count(r, n, "weft::sched::vtc_queue::on_tokens");
-    auto& st = known(r.client, "weft::sched::vtc_queue::on_tokens");
+    auto& st = clients_.known(r.client, "weft::sched::vtc_queue::on_tokens");
     std::int64_t charged = n;
     if (opt_.use_prediction) {
       // Only tokens beyond the prediction are new service; the rest was charged at admission.
@@ -113,7 +113,7 @@ class vtc_queue {
 
   void on_finish(const request& r, std::int64_t generated) {
     detail::check_generated_count(r, generated, "weft::sched::vtc_queue::on_finish");
-    auto& st = known(r.client, "weft::sched::vtc_queue::on_finish");
+    auto& st = clients_.known(r.client, "weft::sched::vtc_queue::on_finish");
     if (!opt_.use_prediction) return;
     emitted_.erase(r.id);
     // Refund an over-prediction (paper §4.3: the counter is corrected once the true length is known).
@@ -138,12 +138,6 @@ class vtc_queue {
     double key = 0.0;  // the counter under which the client sits in backlogged_ (<= counter)
     double weight = 1.0;
   };
-
-  client_state& known(client_id c, const char* where) {
-    client_state* st = clients_.find(c);
-    expects(st != nullptr, errc::not_found, where, "unknown client ", c, " (it never queued a request)");
-    return *st;
-  }
 
   // Charges are frequent (one per output token) and reads rare (one per admission), so an increase
   // leaves the client's key in backlogged_ stale. Invariant: key <= counter for every backlogged client.

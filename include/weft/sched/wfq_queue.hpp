@@ -72,14 +72,14 @@ class wfq_queue {
     return r;
   }
 
-  void on_admit(const request& r) { known(r.client, "weft::sched::wfq_queue::on_admit"); }
+  void on_admit(const request& r) { clients_.known(r.client, "weft::sched::wfq_queue::on_admit"); }
   void on_tokens(const request& r, std::int64_t n) {
     detail::check_token_count(r, n, "weft::sched::wfq_queue::on_tokens");
-    known(r.client, "weft::sched::wfq_queue::on_tokens");
+    clients_.known(r.client, "weft::sched::wfq_queue::on_tokens");
   }
   void on_finish(const request& r, std::int64_t generated) {
     detail::check_generated_count(r, generated, "weft::sched::wfq_queue::on_finish");
-    auto& st = known(r.client, "weft::sched::wfq_queue::on_finish");
+    auto& st = clients_.known(r.client, "weft::sched::wfq_queue::on_finish");
     const double actual = opt_.weights.charge(r, generated);
     st.last_finish += (actual - cost(r)) / st.weight;
   }
@@ -103,11 +103,6 @@ class wfq_queue {
   double cost(const request& r) const noexcept {
     const std::int64_t out = r.predicted_output_tokens > 0 ? r.predicted_output_tokens : opt_.default_output_estimate;
     return opt_.weights.charge(r, out);
-  }
-  client_state& known(client_id c, const char* where) {
-    client_state* st = clients_.find(c);
-    expects(st != nullptr, errc::not_found, where, "unknown client ", c, " (it never queued a request)");
-    return *st;
   }
 
   options opt_;

@@ -7,6 +7,7 @@
 // before operator[] adds one is invalid after it).
 #pragma once
 
+#include <weft/core/error.hpp>
 #include <weft/sched/request.hpp>
 
 #include <cstddef>
@@ -54,7 +55,13 @@ class client_table {
     return states_.back();
   }
 
-  std::size_t size() const noexcept { return states_.size(); }
+  /// The state of a client that queued a request before; throws weft::error(not_found) naming
+  /// `where` for one never seen. O(1).
+  State& known(client_id c, const char* where) {
+    State* s = find(c);
+    expects(s != nullptr, errc::not_found, where, "unknown client ", c, " (it never queued a request)");
+    return *s;
+  }
 
  private:
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
