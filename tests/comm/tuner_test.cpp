@@ -89,3 +89,48 @@ TEST_CASE("autotune rejects arguments it cannot measure", "[comm][tuner]") {
   });
   REQUIRE(weft_test::all_ok(errors));
 }
+
+TEST_CASE("the tuner's rule keeps the model's choice only inside the noise, and re-times when unsure",
+          "[comm][tuner]") {
+  using wc::detail::tuner_rule;
+  // Medians and fastest batches of three candidates (seconds per call); candidate 1 is fastest.
+  const std::array<double, 3> medians{1.00, 0.80, 0.90};
+  const std::size_t none = 3;  // the model's choice was not measured
+  SECTION("the fastest median wins without a prior, or when the prior is the winner") {
+    const std::array<double, 3> fastest{0.95, 0.75, 0.85};
+    for (const std::size_t prior : {none, std::size_t{1}}) {
+      const auto v = tuner_rule(medians, fastest, prior);
+      CHECK(v.winner == 1);
+      CHECK(v.pick == 1);
+      CHECK_FALSE(v.retime);
+    }
+  }
+  SECTION("a prior within 3 % of the winner is kept at once") {
+    const std::array<double, 3> close{1.00, 0.80, 0.82};
+    const std::array<double, 3> fastest{0.95, 0.75, 0.81};
+    const auto v = tuner_rule(close, fastest, 2);
+    CHECK(v.winner == 1);
+    CHECK(v.pick == 2);
+    CHECK_FALSE(v.retime);
+  }
+  SECTION("a prior clearly slower, its batches never as fast as the winner's median, loses") {
+    const std::array<double, 3> fastest{0.95, 0.75, 0.85};
+    const auto v = tuner_rule(medians, fastest, 0);
+    CHECK(v.pick == 1);
+    CHECK_FALSE(v.retime);
+  }
+  SECTION("a prior kept only by one fast batch is kept for now, and the two are timed again") {
+    const std::array<double, 3> fastest{0.79, 0.75, 0.85};  // the prior's best batch beat the winner's median
+    const auto v = tuner_rule(medians, fastest, 0);
+    CHECK(v.winner == 1);
+    CHECK(v.pick == 0);
+    CHECK(v.retime);
+  }
+  SECTION("equal medians go to the first") {
+    const std::array<double, 3> tied{0.80, 0.80, 0.90};
+    const std::array<double, 3> fastest{0.79, 0.79, 0.85};
+    const auto v = tuner_rule(tied, fastest, none);
+    CHECK(v.winner == 0);
+    CHECK(v.pick == 0);
+  }
+}

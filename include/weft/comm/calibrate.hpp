@@ -77,6 +77,38 @@ cost_model calibrate(Tr& t, std::size_t large_bytes = std::size_t{4} << 20, int 
   return {model[0], model[1], model[2]};
 }
 
+namespace detail {
+
+/// autotune()'s decision over the candidates' medians and fastest batches (seconds per call).
+struct tuner_verdict {
+  std::size_t winner = 0;  ///< the fastest median (the first of equal ones)
+  std::size_t pick = 0;    ///< what the table records
+  bool retime = false;     ///< undecided: time the prior and the winner again, then decide again
+};
+
+/// The fastest median wins, except that the cost model's choice (index `prior`; past the end when
+/// it was not measured) is kept when the difference is within the noise: its median within 3% of
+/// the winner's, or its fastest batch at most the winner's median. A gap inside the noise says
+/// nothing about the next run, while the model is the same every run and the better guess for
+/// sizes in between (on a shared 2-core host, 5 batches of a few ms often differ by 30% between
+/// runs). When only the overlap of the batches keeps the prior (the case behind the bench's
+/// largest regrets, near the sizes where two algorithms cross), the verdict asks for more
+/// batches of the two. O(candidates).
+inline tuner_verdict tuner_rule(std::span<const double> medians, std::span<const double> fastest_batch,
+                                std::size_t prior) noexcept {
+  tuner_verdict v;
+  v.winner = static_cast<std::size_t>(std::min_element(medians.begin(), medians.end()) - medians.begin());
+  v.pick = v.winner;
+  if (prior >= medians.size() || prior == v.winner) return v;
+  const bool close = medians[prior] <= medians[v.winner] * 1.03;
+  const bool overlap = fastest_batch[prior] <= medians[v.winner];
+  if (close || overlap) v.pick = prior;
+  v.retime = !close && overlap;
+  return v;
+}
+
+}  // namespace detail
+
 /// The algorithms autotune() compares by default.
 inline constexpr std::array<algorithm, 5> autotune_candidates{
     algorithm::ring, algorithm::tree, algorithm::star, algorithm::halving_doubling, algorithm::recursive_doubling};
@@ -88,11 +120,12 @@ inline constexpr std::array<algorithm, 5> autotune_candidates{
 /// median and fastest batch per call, the largest over ranks. The fastest median wins, except
 /// that the cost model's choice wins when the difference is within the noise: its median within
 /// 3% of the fastest, or its fastest batch at most the fastest candidate's median (the ranges
-/// overlap, so another run may well order them the other way). Returns the same table on every
-/// rank; pass it
-/// as options::table. Throws errc::invalid_argument for no sizes, a size under 4 bytes, reps < 1,
-/// or a candidate that is automatic or hierarchical; what allreduce throws otherwise. Cost: about
-/// reps × candidates × sizes batches.
+/// overlap, so another run may well order them the other way). When only the overlap keeps the
+/// model's choice, those two are timed 2 × reps more rounds first and the rule applied again to
+/// all their batches. Returns the same table on every rank; pass it as options::table. Throws
+/// errc::invalid_argument for no sizes, a size under 4 bytes, reps < 1, or a candidate that is
+/// automatic or hierarchical; what allreduce throws otherwise. Cost: about reps × candidates ×
+/// sizes batches, plus 4 × reps batches at each undecided size.
 template <transport Tr>
 tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
                       std::span<const algorithm> candidates = autotune_candidates, const options& opt = {}) {
@@ -121,46 +154,54 @@ tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
       return o;
     };
     for (algorithm a : candidates) allreduce(t, data, op::sum{}, opts_for(a));  // warm-up
-    // Round-robin over the candidates, so a slow spell of a shared host hits them all alike.
+    // Round-robin over the timed candidates, so a slow spell of a shared host hits them all alike.
     std::vector<std::vector<double>> batches(candidates.size());
-    for (int rep = 0; rep < reps; ++rep)
-      for (std::size_t c = 0; c < candidates.size(); ++c) {
-        const options o = opts_for(candidates[c]);
-        barrier(t, o);
-        const auto t0 = clock_type::now();
-        for (int i = 0; i < calls; ++i) allreduce(t, data, op::sum{}, o);
-        batches[c].push_back(std::chrono::duration<double>(clock_type::now() - t0).count() / calls);
-      }
+    auto time_rounds = [&](int rounds, std::span<const std::size_t> which) {
+      for (int rep = 0; rep < rounds; ++rep)
+        for (std::size_t c : which) {
+          const options o = opts_for(candidates[c]);
+          barrier(t, o);
+          const auto t0 = clock_type::now();
+          for (int i = 0; i < calls; ++i) allreduce(t, data, op::sum{}, o);
+          batches[c].push_back(std::chrono::duration<double>(clock_type::now() - t0).count() / calls);
+        }
+    };
     // Per candidate: the median batch, then the fastest (both the largest over ranks, so every
-    // rank holds identical numbers).
+    // rank holds identical numbers and takes identical decisions below).
     std::vector<double> stats(2 * candidates.size());
-    for (std::size_t c = 0; c < candidates.size(); ++c) {
-      auto& b = batches[c];
-      std::nth_element(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(b.size() / 2), b.end());
-      stats[c] = b[b.size() / 2];
-      stats[candidates.size() + c] = *std::min_element(b.begin(), b.end());
-    }
-    options m = opt;
-    m.algo = algorithm::ring;
-    m.table = nullptr;
-    allreduce(t, std::span<double>(stats), op::max{}, m);
+    auto summarize = [&] {
+      for (std::size_t c = 0; c < candidates.size(); ++c) {
+        auto& b = batches[c];
+        std::nth_element(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(b.size() / 2), b.end());
+        stats[c] = b[b.size() / 2];
+        stats[candidates.size() + c] = *std::min_element(b.begin(), b.end());
+      }
+      options m = opt;
+      m.algo = algorithm::ring;
+      m.table = nullptr;
+      allreduce(t, std::span<double>(stats), op::max{}, m);
+    };
+    std::vector<std::size_t> every(candidates.size());
+    for (std::size_t c = 0; c < every.size(); ++c) every[c] = c;
+    time_rounds(reps, every);
+    summarize();
     const std::span<const double> medians(stats.data(), candidates.size());
     const std::span<const double> fastest_batch(stats.data() + candidates.size(), candidates.size());
+    const algorithm prior =
+        choose_allreduce(bytes, table.ranks, opt.segment_bytes, opt.model ? *opt.model : cost_model{});
+    const std::size_t p =
+        static_cast<std::size_t>(std::find(candidates.begin(), candidates.end(), prior) - candidates.begin());
+    detail::tuner_verdict v = detail::tuner_rule(medians, fastest_batch, p);
+    if (v.retime) {
+      const std::array<std::size_t, 2> pair{p, v.winner};
+      time_rounds(2 * reps, pair);
+      summarize();
+      v = detail::tuner_rule(medians, fastest_batch, p);
+    }
     tuning_table::entry e;
     e.bytes = bytes;
     for (std::size_t i = 0; i < candidates.size(); ++i) e.seconds.emplace_back(candidates[i], medians[i]);
-    const auto fastest = std::min_element(e.seconds.begin(), e.seconds.end(),
-                                          [](const auto& x, const auto& y) { return x.second < y.second; });
-    e.best = fastest->first;
-    // The model's choice, when measured, keeps the decision unless the winner is clearly faster:
-    // a gap inside the noise (3%, or ranges of batches that overlap) says nothing about the next
-    // run, while the model is the same every run and the better guess for sizes in between.
-    // (On a shared 2-core host, 5 batches of a few ms often differ by 30% between runs.)
-    const algorithm prior =
-        choose_allreduce(bytes, table.ranks, opt.segment_bytes, opt.model ? *opt.model : cost_model{});
-    for (std::size_t i = 0; i < candidates.size(); ++i)
-      if (candidates[i] == prior && (medians[i] <= fastest->second * 1.03 || fastest_batch[i] <= fastest->second))
-        e.best = prior;
+    e.best = candidates[v.pick];
     table.entries.push_back(std::move(e));
   }
   return table;

@@ -377,7 +377,9 @@ class kv_manager {
   }
 
   /// Releases a finished or aborted request's blocks (device, tail first; or host if swapped).
-  /// Published blocks stay reusable until evicted. Throws for an unknown id. O(blocks).
+  /// Published blocks stay reusable until evicted. Throws for an unknown id; for a known one it
+  /// cannot throw (frees_without_failing), so a caller may free last, after committing its
+  /// transaction (outside one, no undo records are written). O(blocks).
   void free(request_id id) {
     const std::uint32_t seq = seq_of(id, "weft::kv::kv_manager::free");
     atomically([&] { erase(seq); });
@@ -477,6 +479,10 @@ class kv_manager {
     close();
   }
   bool in_transaction() const noexcept { return tx_open_; }
+
+  /// free() of a request this manager holds never throws (weft::sched's schedulers rely on it to
+  /// free finished requests outside their transaction).
+  static constexpr bool frees_without_failing = true;
 
   // ----- what the kernel needs -------------------------------------------------------------------
   bool contains(request_id id) const noexcept { return index_.find(id) != detail::request_index::npos; }

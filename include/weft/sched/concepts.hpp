@@ -85,6 +85,9 @@ concept binds_prefix_probe = detail::prefix_probe_hook_check<Q>::value && detail
 ///  - wraps every public call in begin/commit_transaction, and rolls back when anything throws, so a
 ///    failed call leaves the KV manager as it was (rollback_transaction must be noexcept in effect).
 /// Expected failures are return values that change nothing; misuse throws weft::error.
+/// Optionally, `static constexpr bool frees_without_failing = true` promises that free() of a request
+/// the KV manager holds never throws: the scheduler then frees finished requests after committing,
+/// outside the transaction (nothing to journal).
 template <class K>
 concept kv_manager = requires(K& kv, const K& ckv, request_id id, std::span<const token_id> tokens,
                               const weft::kv::request_options& options, std::size_t n) {

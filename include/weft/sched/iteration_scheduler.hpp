@@ -268,15 +268,20 @@ class iteration_scheduler {
           p.ids.push_back(p.token);
         }
       }
-      for (std::size_t k : done_entries_) {
-        begin();
-        kv_.free(running_[entry_slot_[k]].req.id);
-      }
+      // The finished requests' KV goes last. A KV manager whose free() of a request it holds
+      // cannot fail (weft's) frees outside the transaction: no undo record per released block.
+      if constexpr (!frees_without_failing)
+        for (std::size_t k : done_entries_) {
+          begin();
+          kv_.free(running_[entry_slot_[k]].req.id);
+        }
     } catch (...) {
       if (open) kv_.rollback_transaction();
       throw;
     }
     if (open) kv_.commit_transaction();
+    if constexpr (frees_without_failing)
+      for (std::size_t k : done_entries_) kv_.free(running_[entry_slot_[k]].req.id);
     // Then the scheduler's own state; nothing below throws.
     for (std::size_t k = 0; k < n; ++k) {
       const batch_entry& e = batch_.entries[k];
@@ -473,6 +478,13 @@ class iteration_scheduler {
   using undo_kind = detail::slot_undo;
   using undo_entry = detail::slot_undo_entry;
   static constexpr std::uint32_t fresh_capacity = detail::fresh_capacity;
+  // The KV manager promises that free() of a request it holds never throws (see concepts.hpp).
+  static constexpr bool frees_without_failing = [] {
+    if constexpr (requires { KV::frees_without_failing; })
+      return static_cast<bool>(KV::frees_without_failing);
+    else
+      return false;
+  }();
   // complete(): the samples (request::n) that start at this batch's first tokens, and the decoded
   // tokens without theirs.
   struct sample_start {
