@@ -319,18 +319,23 @@ class coordinator {
       if (take(p, n)) read(p);
     });
   }
-  // Decrypts what has arrived (everything: TLS may hold decrypted bytes that the socket no longer
-  // shows), then waits for the socket to become readable again.
+  // Decrypts what has arrived and handles it, then comes back (after the other connections had
+  // their turn) until nothing is left: TLS may hold decrypted bytes that the socket no longer
+  // shows, so only then does it wait for the socket to become readable.
   void read_secured(const peer_ptr& p) {
-    for (;;) {
-      std::size_t n = 0;
-      try {
-        n = p->tls->read_some(reinterpret_cast<std::byte*>(p->buf.data()), p->buf.size());
-      } catch (const weft::error& e) {
-        return drop(p, p->at >= stage::candidate ? "its connection closed (the process died or left)" : e.what());
-      }
-      if (n == 0) break;
-      if (!take(p, n)) return;
+    std::size_t n = 0;
+    try {
+      n = p->tls->read_some(reinterpret_cast<std::byte*>(p->buf.data()), p->buf.size());
+    } catch (const weft::error& e) {
+      // The end of the stream, or a record that fails authentication (forged or corrupted).
+      return drop(p, std::string(p->at >= stage::candidate ? "its connection closed or failed: " : "") + e.what());
+    }
+    if (n > 0) {
+      if (take(p, n))
+        boost::asio::post(io_, [this, p] {
+          if (alive(p)) read_secured(p);
+        });
+      return;
     }
     p->sock.async_wait(tcp::socket::wait_read, [this, p](boost::system::error_code ec) {
       if (!alive(p)) return;
