@@ -3,8 +3,8 @@
 // the coordinator only or in the member only, another PSK, an untrusted certificate (either side's)
 // are refused with a weft::error in the member and a logged drop in the coordinator, both naming
 // TLS, and the coordinator then admits a good member as if nothing happened. An observer between a
-// member and a TLS coordinator sees no membership line, and a peer that claims TLS but speaks
-// plaintext never gets one.
+// member and a TLS coordinator sees no membership line, a peer that claims TLS but speaks
+// plaintext never gets one, and one that stalls in its TLS handshake delays nobody.
 #include "../job_secret.hpp"
 #include "in_process_member.hpp"
 #include "test_certificates.hpp"
@@ -323,4 +323,45 @@ TEST_CASE("no membership line travels in the clear to or from a tls coordinator"
     CHECK(events.find("hello from liar") == std::string::npos);
     coord.stop();
   }
+}
+
+TEST_CASE("a tls coordinator keeps serving while a peer stalls in its tls handshake", "[comm][elastic][tls]") {
+  const auto psk = wc::tls_security::with_psk(weft_test::test_job_secret);
+  we::coordinator_options co;
+  co.secret = weft_test::test_job_secret;
+  co.tls = psk;
+  co.handshake_timeout = 300ms;
+  we::coordinator coord(co);
+  coord.start();
+  // A peer passes weft's handshake claiming TLS, then never sends its ClientHello.
+  const auto until = wc::clock_type::now() + 5s;
+  const int fd = we::detail::connect_to("127.0.0.1", coord.port(), until, "test", "the coordinator");
+  wc::detail::peer_identity id;
+  id.name = "staller";
+  id.instance = 9;
+  id.tls = true;
+  wc::detail::handshake hs(wc::detail::handshake::role::client, wc::detail::conn_kind::coordinator, id,
+                           wc::detail::job_secret(weft_test::test_job_secret), nullptr);
+  wc::detail::drive(fd, hs, until);
+  REQUIRE(hs.state() == wc::detail::handshake::status::done);
+  // Meanwhile a member joins over TLS and completes rounds: the coordinator's thread never waits (a
+  // coordinator that blocked in the staller's handshake would serve nobody, its timer included).
+  {
+    weft_test::elastic_model m;
+    auto o = weft_test::member_options(coord, "x", 2s, 2s, 5s);
+    o.tls = psk;
+    we::elastic_group g(m.state, o);
+    CHECK(g.sync().epoch == 1);
+    m.state.advance();
+    CHECK(g.sync().epoch == 1);
+  }
+  const std::string events = events_naming(coord, "no handshake and HELLO within 300 ms");
+  INFO("coordinator: " << events);
+  CHECK(events.find("no handshake and HELLO within 300 ms") != std::string::npos);
+  char byte = 0;  // the staller's connection was closed
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 2000) == 1);
+  CHECK(::recv(fd, &byte, 1, MSG_DONTWAIT) <= 0);
+  ::close(fd);
+  coord.stop();
 }
