@@ -1,12 +1,14 @@
 // The coordinator of an elastic group (Boost.Asio, one never-blocking thread): admits
 // authenticated peers whose state spec matches, watches heartbeats and rounds, and publishes
 // membership epochs with the majority state hash, as PCCL's master node and torchelastic do.
+// With coordinator_options::tls every connection runs TLS 1.3 after weft's handshake.
 #pragma once
 
 #include <weft/comm/detail/handshake.hpp>
 #include <weft/comm/detail/handshake_io.hpp>
 #include <weft/comm/detail/wire.hpp>
 #include <weft/comm/elastic/line_protocol.hpp>
+#include <weft/comm/stream_security.hpp>
 #include <weft/core/error.hpp>
 
 #include <boost/asio.hpp>
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -59,6 +63,11 @@ struct coordinator_options {
   int max_missed_rounds = 2;
   /// Connections open at once (members, joiners and handshakes); more are closed at once.
   std::size_t max_connections = 512;
+  /// TLS 1.3 on every member connection, after weft's handshake (opt-in; members must set the same
+  /// group_options::tls, or the handshake refuses them, naming TLS): weft::comm::tls_security::
+  /// with_psk(secret) or ::with_certificates(files) from weft/comm/tls.hpp (link OpenSSL::SSL).
+  /// Null: the membership lines travel in the clear, authenticated only by the handshake.
+  std::shared_ptr<const stream_security> tls{};
 };
 
 /// Runs the membership protocol over a line-based tcp protocol (see docs/comm-elastic.md):
@@ -70,7 +79,10 @@ struct coordinator_options {
 /// decide which state is the majority; a tie goes to the longest-standing member (with a job
 /// secret: the highest revision, then the longest-standing). Thread-safe: the public functions may
 /// be called from any thread; the protocol runs on the coordinator's own thread, which never
-/// blocks. Costs per round: O(members · log members) plus one line per member.
+/// blocks. Costs per round: O(members · log members) plus one line per member. With opt.tls each
+/// connection's TLS handshake follows weft's (driven on the socket without blocking, like it) and
+/// every line then travels in TLS records; a connection whose TLS handshake fails is dropped and
+/// logged, naming TLS.
 class coordinator {
  public:
   /// Binds the listening socket (so port() is known before start()). Throws errc::invalid_argument
@@ -159,18 +171,20 @@ class coordinator {
  private:
   using tcp = boost::asio::ip::tcp;
   using clock = std::chrono::steady_clock;
-  enum class stage { handshake, greeting, candidate, member };
+  enum class stage { handshake, secure, greeting, candidate, member };
   struct peer {
     explicit peer(tcp::socket s) : sock(std::move(s)) {}
     tcp::socket sock;
     std::uint64_t id = 0;
     stage at = stage::handshake;
     std::unique_ptr<comm::detail::handshake> hs;
-    bool waiting = false;  // an async_wait of the handshake is outstanding
-    std::string in;        // bytes of the line being read (bounded)
+    std::unique_ptr<secure_stream> tls;  // from stage::secure on, with opt.tls: every byte goes through it
+    bool waiting = false;                // an async_wait of a handshake (weft's, then TLS's) is outstanding
+    std::string in;                      // bytes of the line being read (bounded)
     std::array<char, 4096> buf{};
     std::deque<std::string> out;  // lines to write, oldest first
     std::size_t out_bytes = 0;
+    std::size_t out_done = 0;  // bytes of out.front() written (TLS writes it a record at a time)
     bool writing = false, closing = false;
     std::string name, host, spec, from;
     int port = 0;
@@ -232,6 +246,7 @@ class coordinator {
     comm::detail::peer_identity id;
     id.name = "coordinator";
     id.port = static_cast<std::uint16_t>(port_);
+    id.tls = opt_.tls != nullptr;
     p->hs = std::make_unique<comm::detail::handshake>(
         comm::detail::handshake::role::server, comm::detail::conn_kind::coordinator, id, secret_, nullptr, limits_);
     peers_[p->id] = p;
@@ -246,6 +261,7 @@ class coordinator {
         return drop(p, "handshake failed: " + p->hs->failure());
       p->name = p->hs->peer().name;
       p->hs.reset();
+      if (opt_.tls) return start_tls(p);
       p->at = stage::greeting;
       return read(p);
     }
@@ -260,30 +276,94 @@ class coordinator {
     });
   }
 
+  // TLS after weft's handshake: the session is driven on the socket's descriptor like the handshake
+  // above (a step, then async_wait for what it needs), so this thread never blocks.
+  void start_tls(const peer_ptr& p) {
+    p->at = stage::secure;
+    try {
+      p->tls = opt_.tls->open(p->sock.native_handle(), false, "member '" + p->name + "' at " + p->from);
+    } catch (const weft::error& e) {
+      return drop(p, std::string("cannot start TLS: ") + e.what());
+    }
+    step_tls(p);
+  }
+  void step_tls(const peer_ptr& p) {
+    if (!alive(p)) return;
+    short ev = 0;
+    try {
+      if (p->tls->handshake(ev)) {
+        p->at = stage::greeting;
+        return read(p);
+      }
+    } catch (const weft::error& e) {
+      return drop(p, e.what());  // names TLS, the member and why (a different key, an untrusted certificate)
+    }
+    if (p->waiting) return;
+    p->waiting = true;
+    const auto what = (ev & POLLOUT) ? tcp::socket::wait_write : tcp::socket::wait_read;
+    p->sock.async_wait(what, [this, p](boost::system::error_code ec) {
+      p->waiting = false;
+      if (!alive(p)) return;
+      if (ec) return drop(p, "connection error during the TLS handshake");
+      step_tls(p);
+    });
+  }
+
   // ---- lines in and out --------------------------------------------------------------------------
 
   void read(const peer_ptr& p) {
+    if (p->tls) return read_secured(p);
     p->sock.async_read_some(boost::asio::buffer(p->buf), [this, p](boost::system::error_code ec, std::size_t n) {
       if (!alive(p)) return;
       if (ec) return drop(p, p->at >= stage::candidate ? "its connection closed (the process died or left)" : "");
-      p->last_seen = clock::now();
-      std::size_t at = 0;
-      while (alive(p) && at < n) {
-        const char* start = p->buf.data() + at;
-        const char* nl = static_cast<const char*>(std::memchr(start, '\n', n - at));
-        const std::size_t take = nl ? static_cast<std::size_t>(nl - start) : n - at;
-        if (p->in.size() + take > limits_.max_line_bytes)
-          return drop(p, "sent a line longer than " + std::to_string(limits_.max_line_bytes) + " bytes");
-        p->in.append(start, take);
-        at += take + (nl ? 1 : 0);
-        if (nl) {
-          std::string line = std::move(p->in);
-          p->in.clear();
-          handle(p, line);
-        }
-      }
-      if (alive(p)) read(p);
+      if (take(p, n)) read(p);
     });
+  }
+  // Decrypts what has arrived and handles it, then comes back (after the other connections had
+  // their turn) until nothing is left: TLS may hold decrypted bytes that the socket no longer
+  // shows, so only then does it wait for the socket to become readable.
+  void read_secured(const peer_ptr& p) {
+    std::size_t n = 0;
+    try {
+      n = p->tls->read_some(reinterpret_cast<std::byte*>(p->buf.data()), p->buf.size());
+    } catch (const weft::error& e) {
+      // The end of the stream, or a record that fails authentication (forged or corrupted).
+      return drop(p, std::string(p->at >= stage::candidate ? "its connection closed or failed: " : "") + e.what());
+    }
+    if (n > 0) {
+      if (take(p, n))
+        boost::asio::post(io_, [this, p] {
+          if (alive(p)) read_secured(p);
+        });
+      return;
+    }
+    p->sock.async_wait(tcp::socket::wait_read, [this, p](boost::system::error_code ec) {
+      if (!alive(p)) return;
+      if (ec) return drop(p, p->at >= stage::candidate ? "its connection closed (the process died or left)" : "");
+      read_secured(p);
+    });
+  }
+  // Handles the n bytes that arrived in p->buf, line by line; false when p was dropped meanwhile.
+  bool take(const peer_ptr& p, std::size_t n) {
+    p->last_seen = clock::now();
+    std::size_t at = 0;
+    while (alive(p) && at < n) {
+      const char* start = p->buf.data() + at;
+      const char* nl = static_cast<const char*>(std::memchr(start, '\n', n - at));
+      const std::size_t len = nl ? static_cast<std::size_t>(nl - start) : n - at;
+      if (p->in.size() + len > limits_.max_line_bytes) {
+        drop(p, "sent a line longer than " + std::to_string(limits_.max_line_bytes) + " bytes");
+        return false;
+      }
+      p->in.append(start, len);
+      at += len + (nl ? 1 : 0);
+      if (nl) {
+        std::string line = std::move(p->in);
+        p->in.clear();
+        handle(p, line);
+      }
+    }
+    return alive(p);
   }
 
   void write(const peer_ptr& p, std::string line) {
@@ -296,6 +376,7 @@ class coordinator {
   }
   void flush(const peer_ptr& p) {
     if (p->writing || p->out.empty()) return;
+    if (p->tls) return flush_secured(p);
     p->writing = true;
     boost::asio::async_write(p->sock, boost::asio::buffer(p->out.front()),
                              [this, p](boost::system::error_code ec, std::size_t) {
@@ -307,6 +388,38 @@ class coordinator {
                                if (!p->out.empty()) return flush(p);
                                if (p->closing) close_now(p);
                              });
+  }
+  // Writes queued lines through TLS until the socket is full, then waits until it is writable. A
+  // record TLS could not send whole is offered again with the same bytes (out_done stays).
+  void flush_secured(const peer_ptr& p) {
+    while (!p->out.empty()) {
+      const std::string& front = p->out.front();
+      const std::span<const std::byte> part(reinterpret_cast<const std::byte*>(front.data()) + p->out_done,
+                                            front.size() - p->out_done);
+      std::size_t n = 0;
+      try {
+        n = p->tls->write_some(&part, 1);
+      } catch (const weft::error&) {
+        return drop(p, p->at >= stage::candidate ? "its connection broke" : "");
+      }
+      if (n == 0) {
+        p->writing = true;
+        p->sock.async_wait(tcp::socket::wait_write, [this, p](boost::system::error_code ec) {
+          p->writing = false;
+          if (!alive(p)) return;
+          if (ec) return drop(p, p->at >= stage::candidate ? "its connection broke" : "");
+          flush(p);
+        });
+        return;
+      }
+      p->out_done += n;
+      if (p->out_done == front.size()) {
+        p->out_bytes -= front.size();
+        p->out.pop_front();
+        p->out_done = 0;
+      }
+    }
+    if (p->closing) close_now(p);
   }
 
   // ---- the protocol ------------------------------------------------------------------------------

@@ -18,10 +18,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -55,11 +57,12 @@ struct group_options {
   /// them; both the same in every member (mesh_options).
   int connections = 2;
   std::size_t stripe_min = std::size_t{1} << 18;
-  /// TLS 1.3 on the data connections between members (opt-in; the same in every member, or the
-  /// mesh refuses to form, naming TLS): weft::comm::tls_security::with_psk(secret) or
-  /// ::with_certificates(files) from weft/comm/tls.hpp (link OpenSSL::SSL). Null: after the
-  /// handshake the data travels in the clear. The coordinator connection is not covered yet: it
-  /// carries membership and state hashes, never tensors, and stays HMAC-authenticated plaintext.
+  /// TLS 1.3 on this member's connection to the coordinator and on its data connections to the
+  /// other members, after weft's handshake (opt-in; the same in the coordinator
+  /// (coordinator_options::tls) and every member, or the handshake refuses the connection, naming
+  /// TLS): weft::comm::tls_security::with_psk(secret) or ::with_certificates(files) from
+  /// weft/comm/tls.hpp (link OpenSSL::SSL). Null: after the handshake the membership lines and
+  /// the data travel in the clear.
   std::shared_ptr<const stream_security> tls{};
 };
 
@@ -78,8 +81,9 @@ struct epoch_info {
 /// One member. Construction connects to the coordinator and says HELLO with the state's spec
 /// (a different shape or dtype than the group's is refused: errc::mismatch naming both specs).
 /// sync() is the step boundary; transport() the current epoch's mesh; allreduce() a collective on
-/// it that restores its input on failure. Not thread-safe (one thread drives it; an internal
-/// thread sends heartbeats). Destruction leaves gracefully.
+/// it that restores its input on failure. With opt.tls the coordinator connection runs TLS after
+/// the handshake (a failed TLS handshake is errc::mismatch naming TLS). Not thread-safe (one thread
+/// drives it; an internal thread sends heartbeats). Destruction leaves gracefully.
 class elastic_group {
  public:
   elastic_group(shared_state& state, group_options opt) : state_(&state), opt_(std::move(opt)) {
@@ -107,6 +111,7 @@ class elastic_group {
       comm::detail::peer_identity id;
       id.name = opt_.name;
       id.instance = instance_;
+      id.tls = opt_.tls != nullptr;
       comm::detail::handshake hs(
           comm::detail::handshake::role::client, comm::detail::conn_kind::coordinator, id, secret_,
           [](const comm::detail::peer_identity& p) {
@@ -117,6 +122,7 @@ class elastic_group {
       if (hs.state() != comm::detail::handshake::status::done)
         weft::detail::raise(hs.failure_code() == errc::timeout ? errc::timeout : errc::mismatch, where, opt_.name,
                             ": the handshake with the coordinator failed: ", hs.failure());
+      if (opt_.tls) secure_control(std::min(until, clock_type::now() + opt_.handshake_timeout));
       send_line(to_line(hello_line{opt_.name, opt_.host, opt_.port, state.spec(), instance_}));
       const std::string reply = read_line(until);
       if (reply.rfind("REFUSED ", 0) == 0)
@@ -275,11 +281,49 @@ class elastic_group {
     }
   }
 
+  // Runs the TLS handshake on the coordinator connection (this member is the client).
+  void secure_control(deadline until) {
+    constexpr const char* where = "weft::comm::elastic::elastic_group";
+    ctl_tls_ = opt_.tls->open(ctl_, true, "the coordinator");
+    for (;;) {
+      short events = 0;
+      try {
+        if (ctl_tls_->handshake(events)) return;
+      } catch (const error& e) {
+        weft::detail::raise(static_cast<errc>(e.code().value()), where, opt_.name, ": ", e.what());
+      }
+      expects(clock_type::now() < until, errc::timeout, where, opt_.name,
+              ": the TLS handshake with the coordinator did not finish before the deadline");
+      pollfd p{ctl_, events, 0};
+      ::poll(&p, 1, detail::remaining_ms(until));
+    }
+  }
+
+  // Writes all of `line` before `until` (under ctl_mutex_). False when the connection failed.
+  bool write_control(const std::string& line, deadline until) {
+    if (!ctl_tls_) return detail::write_all(ctl_, line.data(), line.size(), until);
+    std::size_t done = 0;
+    while (done < line.size()) {
+      // A record TLS could not send whole is offered again with the same bytes (done stays).
+      const std::span<const std::byte> rest(reinterpret_cast<const std::byte*>(line.data()) + done, line.size() - done);
+      std::size_t n = 0;
+      try {
+        n = ctl_tls_->write_some(&rest, 1);
+      } catch (const error&) {
+        return false;
+      }
+      done += n;
+      if (n > 0) continue;
+      pollfd q{ctl_, POLLOUT, 0};
+      if (::poll(&q, 1, detail::remaining_ms(until)) <= 0 && clock_type::now() >= until) return false;
+    }
+    return true;
+  }
+
   void send_line(const std::string& s) {
     std::lock_guard lock(ctl_mutex_);
     const std::string line = s + "\n";
-    const bool ok =
-        ctl_ >= 0 && detail::write_all(ctl_, line.data(), line.size(), clock_type::now() + opt_.round_timeout);
+    const bool ok = ctl_ >= 0 && write_control(line, clock_type::now() + opt_.round_timeout);
     if (!ok) lost_ = true;
     expects(ok, errc::peer_failure, "weft::comm::elastic::elastic_group", opt_.name,
             ": the coordinator connection is closed (the coordinator died, or dropped this member)");
@@ -292,27 +336,46 @@ class elastic_group {
         inbox_.erase(0, nl + 1);
         return line;
       }
-      pollfd p{ctl_, POLLIN, 0};
-      const int rc = ::poll(&p, 1, detail::remaining_ms(until));
-      if (rc <= 0) {
-        expects(clock_type::now() < until, errc::timeout, "weft::comm::elastic::elastic_group", opt_.name,
+      char buf[4096];
+      const std::size_t r = receive_control(buf, sizeof buf);
+      if (r == 0) {
+        pollfd p{ctl_, POLLIN, 0};
+        const int rc = ::poll(&p, 1, detail::remaining_ms(until));
+        expects(rc > 0 || clock_type::now() < until, errc::timeout, "weft::comm::elastic::elastic_group", opt_.name,
                 ": no decision from the coordinator before the deadline (a member is stalled, or the group waits "
                 "for min_members)");
         continue;
       }
-      char buf[4096];
-      const ssize_t r = ::recv(ctl_, buf, sizeof buf, 0);
-      if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (r <= 0) lost_ = true;
-      expects(r > 0, errc::peer_failure, "weft::comm::elastic::elastic_group", opt_.name,
-              ": the coordinator closed the connection (it stopped, or declared this member dead)");
-      inbox_.append(buf, static_cast<std::size_t>(r));
+      inbox_.append(buf, r);
       if (inbox_.find('\n') == std::string::npos && inbox_.size() > max_coordinator_line_bytes) {
         lost_ = true;
         weft::detail::raise(errc::parse, "weft::comm::elastic::elastic_group", opt_.name,
                             ": the coordinator sent a line longer than ", max_coordinator_line_bytes, " bytes");
       }
     }
+  }
+  // What the coordinator sent that is here now, without waiting (0: nothing yet). Throws
+  // errc::peer_failure once the connection closed or failed.
+  std::size_t receive_control(char* buf, std::size_t n) {
+    constexpr const char* where = "weft::comm::elastic::elastic_group";
+    if (ctl_tls_) {
+      std::lock_guard lock(ctl_mutex_);  // the heartbeat thread writes through the same TLS session
+      try {
+        return ctl_tls_->read_some(reinterpret_cast<std::byte*>(buf), n);
+      } catch (const error& e) {
+        lost_ = true;
+        weft::detail::raise(errc::peer_failure, where, opt_.name,
+                            ": the coordinator connection closed or failed (it stopped, or declared this member "
+                            "dead): ",
+                            e.what());
+      }
+    }
+    const ssize_t r = ::recv(ctl_, buf, n, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    if (r <= 0) lost_ = true;
+    expects(r > 0, errc::peer_failure, where, opt_.name,
+            ": the coordinator closed the connection (it stopped, or declared this member dead)");
+    return static_cast<std::size_t>(r);
   }
   void beat() {
     std::unique_lock lock(hb_mutex_);
@@ -336,6 +399,7 @@ class elastic_group {
   }
   void close_sockets() noexcept {
     std::lock_guard lock(ctl_mutex_);
+    ctl_tls_.reset();  // borrows ctl_
     if (ctl_ >= 0) ::close(ctl_), ctl_ = -1;
     if (listen_fd_ >= 0) ::close(listen_fd_), listen_fd_ = -1;
   }
@@ -347,7 +411,8 @@ class elastic_group {
   std::uint64_t instance_ = 0;
   int listen_fd_ = -1;
   int ctl_ = -1;
-  std::mutex ctl_mutex_;  // heartbeat thread and driver both write the control socket
+  std::unique_ptr<secure_stream> ctl_tls_;  // with opt.tls: the coordinator connection's TLS session
+  std::mutex ctl_mutex_;  // heartbeat thread and driver both write the control socket (and share ctl_tls_)
   std::string inbox_;
   std::atomic<bool> lost_{false};
   std::unique_ptr<mesh_transport> mesh_;
