@@ -160,6 +160,21 @@ bool contains_a_line(const std::string& bytes) {
   return false;
 }
 
+// Connects to the coordinator and passes weft's handshake (the job secret) as `name`, saying it
+// uses TLS; then the connection is the caller's (the fd). Fails the test if the handshake fails.
+int connect_claiming_tls(const we::coordinator& coord, const std::string& name, wc::clock_type::time_point until) {
+  const int fd = we::detail::connect_to("127.0.0.1", coord.port(), until, "test", "the coordinator");
+  wc::detail::peer_identity id;
+  id.name = name;
+  id.instance = 7;
+  id.tls = true;
+  wc::detail::handshake hs(wc::detail::handshake::role::client, wc::detail::conn_kind::coordinator, id,
+                           wc::detail::job_secret(weft_test::test_job_secret), nullptr);
+  wc::detail::drive(fd, hs, until);
+  REQUIRE(hs.state() == wc::detail::handshake::status::done);
+  return fd;
+}
+
 }  // namespace
 
 TEST_CASE("an elastic group over tls, coordinator included, gives the plaintext group's bits", "[comm][elastic][tls]") {
@@ -293,15 +308,7 @@ TEST_CASE("no membership line travels in the clear to or from a tls coordinator"
     we::coordinator coord(co);
     coord.start();
     const auto until = wc::clock_type::now() + 5s;
-    const int fd = we::detail::connect_to("127.0.0.1", coord.port(), until, "test", "the coordinator");
-    wc::detail::peer_identity id;
-    id.name = "liar";
-    id.instance = 7;
-    id.tls = true;  // passes weft's handshake...
-    wc::detail::handshake hs(wc::detail::handshake::role::client, wc::detail::conn_kind::coordinator, id,
-                             wc::detail::job_secret(weft_test::test_job_secret), nullptr);
-    wc::detail::drive(fd, hs, until);
-    REQUIRE(hs.state() == wc::detail::handshake::status::done);
+    const int fd = connect_claiming_tls(coord, "liar", until);  // passes weft's handshake...
     // ...then speaks plaintext where the TLS ClientHello belongs.
     const std::string hello = "HELLO liar 127.0.0.1 4000 f32:64 7\n";
     REQUIRE(we::detail::write_all(fd, hello.data(), hello.size(), until));
@@ -335,15 +342,7 @@ TEST_CASE("a tls coordinator keeps serving while a peer stalls in its tls handsh
   coord.start();
   // A peer passes weft's handshake claiming TLS, then never sends its ClientHello.
   const auto until = wc::clock_type::now() + 5s;
-  const int fd = we::detail::connect_to("127.0.0.1", coord.port(), until, "test", "the coordinator");
-  wc::detail::peer_identity id;
-  id.name = "staller";
-  id.instance = 9;
-  id.tls = true;
-  wc::detail::handshake hs(wc::detail::handshake::role::client, wc::detail::conn_kind::coordinator, id,
-                           wc::detail::job_secret(weft_test::test_job_secret), nullptr);
-  wc::detail::drive(fd, hs, until);
-  REQUIRE(hs.state() == wc::detail::handshake::status::done);
+  const int fd = connect_claiming_tls(coord, "staller", until);
   // Meanwhile a member joins over TLS and completes rounds: the coordinator's thread never waits (a
   // coordinator that blocked in the staller's handshake would serve nobody, its timer included).
   {

@@ -265,14 +265,19 @@ class coordinator {
       p->at = stage::greeting;
       return read(p);
     }
+    wait_then(p, ev, "handshake", &coordinator::step_handshake);
+  }
+  // Waits (without blocking the thread) until p's socket can do what a handshake step asked for
+  // (ev: POLLIN or POLLOUT), then takes the next step.
+  void wait_then(const peer_ptr& p, short ev, const char* during, void (coordinator::*next)(const peer_ptr&)) {
     if (p->waiting) return;
     p->waiting = true;
     const auto what = (ev & POLLOUT) ? tcp::socket::wait_write : tcp::socket::wait_read;
-    p->sock.async_wait(what, [this, p](boost::system::error_code ec) {
+    p->sock.async_wait(what, [this, p, during, next](boost::system::error_code ec) {
       p->waiting = false;
       if (!alive(p)) return;
-      if (ec) return drop(p, "connection error during the handshake");
-      step_handshake(p);
+      if (ec) return drop(p, std::string("connection error during the ") + during);
+      (this->*next)(p);
     });
   }
 
@@ -298,15 +303,7 @@ class coordinator {
     } catch (const weft::error& e) {
       return drop(p, e.what());  // names TLS, the member and why (a different key, an untrusted certificate)
     }
-    if (p->waiting) return;
-    p->waiting = true;
-    const auto what = (ev & POLLOUT) ? tcp::socket::wait_write : tcp::socket::wait_read;
-    p->sock.async_wait(what, [this, p](boost::system::error_code ec) {
-      p->waiting = false;
-      if (!alive(p)) return;
-      if (ec) return drop(p, "connection error during the TLS handshake");
-      step_tls(p);
-    });
+    wait_then(p, ev, "TLS handshake", &coordinator::step_tls);
   }
 
   // ---- lines in and out --------------------------------------------------------------------------
