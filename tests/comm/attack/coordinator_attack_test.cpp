@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,6 +128,52 @@ TEST_CASE("attack: a stranger neither fixes the spec nor learns it, nor wins sta
   CHECK(e.revision == 0);  // a's revision and hash, not the claim
   CHECK(e.hash == a_hash);
   coord2.stop();
+}
+
+TEST_CASE("attack: members that never took the group's state cannot outvote the members that hold it",
+          "[comm][attack]") {
+  // Five raw members: a and b carry the state (revision 5); c, d and e join later and keep
+  // reporting the state they came with, as joiners whose state transfer failed do. Three identical
+  // fresh states outnumber two holders: counted, they would make a and b pull revision 0.
+  we::coordinator_options co;
+  co.spec = "w:f32[64]";
+  co.min_members = 2;
+  we::coordinator coord(co);
+  coord.start();
+  std::map<std::string, attack::wd::unique_fd> fds;
+  auto join = [&](const std::string& name) {
+    fds[name] = stranger(coord.port(), name, "HELLO " + name + " 127.0.0.1 5000 w:f32[64] 1");
+    REQUIRE(fds[name]);
+    REQUIRE(attack::read_line(fds[name].get()) == "WELCOME");
+  };
+  const auto ready = [](const std::string& name) {
+    return name == "a" || name == "b" ? "READY 5 555 1 0" : "READY 0 111 1 0";
+  };
+  // One round: every member says READY, and each reads the EPOCH line that ends it.
+  std::vector<std::string> group{"a", "b"};
+  auto round = [&] {
+    for (const auto& n : group) say(fds[n].get(), ready(n));
+    const auto line = we::parse_epoch_line(attack::read_line(fds["a"].get()));
+    group.clear();
+    for (const auto& m : line.members) {
+      group.push_back(m.address.name);
+      if (m.address.name != "a") (void)attack::read_line(fds[m.address.name].get());
+    }
+    return line;
+  };
+  join("a");
+  join("b");
+  CHECK(round().revision == 5);
+  for (const char* n : {"c", "d", "e"}) {
+    join(n);
+    say(fds[n].get(), ready(n));  // a joiner's READY stands until a round admits it
+  }
+  for (int i = 0; i < 5 && group.size() < 5; ++i) CHECK(round().revision == 5);  // admitted: they must pull
+  REQUIRE(group.size() == 5);
+  const auto after = round();  // c, d and e still report their own state
+  CHECK(after.revision == 5);
+  CHECK(after.hash == 555);
+  coord.stop();
 }
 
 TEST_CASE("attack: a squatter that only heartbeats is dropped after missed rounds; the group goes on",

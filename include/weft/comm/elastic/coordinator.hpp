@@ -75,10 +75,11 @@ struct coordinator_options {
 ///   coordinator → peer: WELCOME | REFUSED reason | EPOCH e index n rev hash source {name host port hash instance}*
 /// A round completes when every member sent READY; then joiners are admitted if every member
 /// accepted, dead, departed or stalled members are dropped, and if anything changed (or a member
-/// asked for a rebuild after a failed collective) the epoch number grows. Only members' reports
-/// decide which state is the majority; a tie goes to the longest-standing member (with a job
-/// secret: the highest revision, then the longest-standing). Thread-safe: the public functions may
-/// be called from any thread; the protocol runs on the coordinator's own thread, which never
+/// asked for a rebuild after a failed collective) the epoch number grows. Only the reports of
+/// members that hold the group's state (they reported the state agreed at their last round)
+/// decide which state is the majority, every member's while none does; a tie goes to the
+/// longest-standing member (with a job secret: the highest revision, then the longest-standing). Thread-safe: the
+/// public functions may be called from any thread; the protocol runs on the coordinator's own thread, which never
 /// blocks. Costs per round: O(members · log members) plus one line per member. With opt.tls each
 /// connection's TLS handshake follows weft's (driven on the socket without blocking, like it) and
 /// every line then travels in TLS records; a connection whose TLS handshake fails is dropped and
@@ -190,6 +191,9 @@ class coordinator {
     int port = 0;
     std::uint64_t instance = 0;
     bool ready = false, accept = true, rebuild = false;
+    // It reported the state the group agreed on at a round (so it carries it): only such members
+    // vote on the next one, while any is left.
+    bool holds_state = false;
     std::uint64_t revision = 0, hash = 0;
     int missed_rounds = 0;
     clock::time_point connected, last_seen;
@@ -580,9 +584,16 @@ class coordinator {
     else
       admit = !joiners.empty() && std::all_of(members.begin(), members.end(), [](auto& p) { return p->accept; });
     if (members.empty() && !admit) return;
-    // The majority (revision, hash) among the members (the joiners being admitted at bootstrap).
-    // Claims never win a tie unless every peer proved it holds the job secret.
-    const auto& voters = members.empty() ? joiners : members;
+    // The majority (revision, hash) among the members that hold the group's state (every member
+    // when none does; the joiners being admitted at bootstrap). A member admitted but not yet
+    // synced still reports the state it came with: fresh joiners whose state transfer failed
+    // would otherwise outvote the members that carry the training, and wipe it (several joiners
+    // start from one identical state). Claims never win a tie unless every peer proved it holds
+    // the job secret.
+    std::vector<peer_ptr> holders;
+    for (auto& p : members)
+      if (p->holds_state) holders.push_back(p);
+    const auto& voters = members.empty() ? joiners : holders.empty() ? members : holders;
     std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<int, std::size_t>> votes;  // -> (count, first voter)
     for (std::size_t i = 0; i < voters.size(); ++i) {
       auto [it, fresh] = votes.try_emplace({voters[i]->revision, voters[i]->hash}, 0, i);
@@ -647,6 +658,7 @@ class coordinator {
     round_open_ = false;
     for (std::size_t i = 0; i < ring.size(); ++i) {
       line.index = static_cast<int>(i);
+      ring[i]->holds_state = ring[i]->revision == win_rev && ring[i]->hash == win_hash;
       ring[i]->ready = false;
       ring[i]->rebuild = false;
       ring[i]->missed_rounds = 0;
