@@ -92,45 +92,44 @@ TEST_CASE("autotune rejects arguments it cannot measure", "[comm][tuner]") {
 
 TEST_CASE("the tuner's rule keeps the model's choice only inside the noise, and re-times when unsure",
           "[comm][tuner]") {
-  using wc::detail::tuner_rule;
-  // Medians and fastest batches of three candidates (seconds per call); candidate 1 is fastest.
-  const std::array<double, 3> medians{1.00, 0.80, 0.90};
-  const std::size_t none = 3;  // the model's choice was not measured
-  SECTION("the fastest median wins without a prior, or when the prior is the winner") {
-    const std::array<double, 3> fastest{0.95, 0.75, 0.85};
-    for (const std::size_t prior : {none, std::size_t{1}}) {
-      const auto v = tuner_rule(medians, fastest, prior);
-      CHECK(v.winner == 1);
-      CHECK(v.pick == 1);
-      CHECK_FALSE(v.retime);
-    }
-  }
-  SECTION("a prior within 3 % of the winner is kept at once") {
-    const std::array<double, 3> close{1.00, 0.80, 0.82};
-    const std::array<double, 3> fastest{0.95, 0.75, 0.81};
-    const auto v = tuner_rule(close, fastest, 2);
-    CHECK(v.winner == 1);
-    CHECK(v.pick == 2);
-    CHECK_FALSE(v.retime);
-  }
-  SECTION("a prior clearly slower, its batches never as fast as the winner's median, loses") {
-    const std::array<double, 3> fastest{0.95, 0.75, 0.85};
-    const auto v = tuner_rule(medians, fastest, 0);
-    CHECK(v.pick == 1);
-    CHECK_FALSE(v.retime);
-  }
-  SECTION("a prior kept only by one fast batch is kept for now, and the two are timed again") {
-    const std::array<double, 3> fastest{0.79, 0.75, 0.85};  // the prior's best batch beat the winner's median
-    const auto v = tuner_rule(medians, fastest, 0);
-    CHECK(v.winner == 1);
-    CHECK(v.pick == 0);
-    CHECK(v.retime);
-  }
-  SECTION("equal medians go to the first") {
-    const std::array<double, 3> tied{0.80, 0.80, 0.90};
-    const std::array<double, 3> fastest{0.79, 0.79, 0.85};
-    const auto v = tuner_rule(tied, fastest, none);
-    CHECK(v.winner == 0);
-    CHECK(v.pick == 0);
+  // Medians and fastest batches of three candidates (seconds per call); candidate 1 is fastest
+  // unless a case says otherwise. `none`: the model's choice was not measured.
+  using table = std::array<double, 3>;
+  const table medians{1.00, 0.80, 0.90};
+  const std::size_t none = 3;
+  struct rule_case {
+    const char* what;
+    table medians, fastest;
+    std::size_t prior;
+    std::size_t winner, pick;
+    bool retime;
+  };
+  const rule_case cases[] = {
+      {"the fastest median wins without a prior", medians, {0.95, 0.75, 0.85}, none, 1, 1, false},
+      {"or when the prior is the winner", medians, {0.95, 0.75, 0.85}, 1, 1, 1, false},
+      {"a prior within 3 % of the winner is kept at once", {1.00, 0.80, 0.82}, {0.95, 0.75, 0.81}, 2, 1, 2, false},
+      {"a prior clearly slower, its batches never as fast as the winner's median, loses",
+       medians,
+       {0.95, 0.75, 0.85},
+       0,
+       1,
+       1,
+       false},
+      {"a prior kept only by one fast batch (its best beat the winner's median) is kept for now, and the two "
+       "are timed again",
+       medians,
+       {0.79, 0.75, 0.85},
+       0,
+       1,
+       0,
+       true},
+      {"equal medians go to the first", {0.80, 0.80, 0.90}, {0.79, 0.79, 0.85}, none, 0, 0, false},
+  };
+  for (const rule_case& c : cases) {
+    INFO(c.what);
+    const auto v = wc::detail::tuner_rule(c.medians, c.fastest, c.prior);
+    CHECK(v.winner == c.winner);
+    CHECK(v.pick == c.pick);
+    CHECK(v.retime == c.retime);
   }
 }

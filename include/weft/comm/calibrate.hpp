@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <numeric>
 #include <span>
 #include <vector>
 
@@ -144,6 +145,8 @@ tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
   tuning_table table;
   table.ranks = static_cast<int>(t.size());
   std::vector<float> buf(order.back() / sizeof(float), 0.0f);
+  std::vector<std::size_t> every(candidates.size());  // the candidates' indices: every one is timed
+  std::iota(every.begin(), every.end(), std::size_t{0});
   for (std::size_t bytes : order) {
     std::span<float> data(buf.data(), bytes / sizeof(float));
     const int calls = static_cast<int>(std::clamp<std::size_t>((std::size_t{8} << 20) / bytes, 3, 400));
@@ -181,8 +184,6 @@ tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
       m.table = nullptr;
       allreduce(t, std::span<double>(stats), op::max{}, m);
     };
-    std::vector<std::size_t> every(candidates.size());
-    for (std::size_t c = 0; c < every.size(); ++c) every[c] = c;
     time_rounds(reps, every);
     summarize();
     const std::span<const double> medians(stats.data(), candidates.size());
