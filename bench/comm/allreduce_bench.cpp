@@ -4,10 +4,12 @@
 // size to its successor while receiving from its predecessor: a reference rate, not a bound).
 // Usage: bench_comm_allreduce --transport tcp|shm --ranks N [--min B] [--max B] [--iters I]
 //        [--reps R] [--round K] [--out file.csv] [--algos ring,tree,...] [--wait MODE]
-//        [--tune-out table.csv | --tune-in table.csv] [--reference 1] [--label-wait 1] [--bind 1] [--ring B]
+//        [--tune-out table.csv [--tune-only 1] | --tune-in table.csv] [--reference 1] [--label-wait 1] [--bind 1]
+//        [--ring B]
 // --bind 1 binds rank r to the r-th core this process may use when the ranks fit the cores (and
 // leaves them unbound otherwise), which is what mpirun does by default for up to 2 processes, so
-// the comparison with OpenMPI is between equally placed processes.
+// the comparison with OpenMPI is between equally placed processes. --tune-only 1 writes the
+// autotune() table and times nothing else (run.sh's extra tables for the tuner's pick distribution).
 #include "common.hpp"
 
 #include <weft/comm.hpp>
@@ -94,6 +96,7 @@ void sweep(Tr& t, const bench::flags& f) {
     for (const auto& a : algos) cands.push_back(parse_algo(a));
     table = wc::autotune(t, std::span<const std::size_t>(sizes), f.tune_reps, std::span<const wc::algorithm>(cands));
     if (r == 0) write_table(f.tune_out, table);
+    if (f.tune_only) return;
   } else if (!f.tune_in.empty()) {
     table = read_table(f.tune_in);
   }

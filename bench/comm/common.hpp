@@ -31,6 +31,7 @@ struct flags {
   std::string tune_out = "";       // weft: autotune and write the table here (then measure "automatic")
   std::string tune_in = "";        // weft: read the table from here (and measure "automatic")
   int tune_reps = 5;               // weft: batches per candidate when tuning
+  bool tune_only = false;          // weft: with --tune-out, write the table and measure nothing
   bool reference = false;          // weft: also measure the transport's streaming reference
   std::size_t ring = 0;            // weft shm: shm_options::ring_bytes (0: the default)
   bool bind = false;               // weft: bind rank r to the r-th allowed core when the ranks fit (as mpirun)
@@ -75,6 +76,8 @@ inline flags parse(int argc, char** argv) {
       f.tune_in = v;
     else if (k == "--tune-reps")
       f.tune_reps = std::atoi(v.c_str());
+    else if (k == "--tune-only")
+      f.tune_only = v == "1";
     else if (k == "--reference")
       f.reference = v == "1";
     else if (k == "--ring")

@@ -3,6 +3,8 @@
 (ratios), the tuner's regret, the copy-bound check, the issue's targets, and a PNG of busbw
 against size (best algorithm per implementation, bounds dashed, the tcp reference dotted)."""
 import csv
+import glob
+import os
 import sys
 from collections import defaultdict
 from statistics import median
@@ -55,6 +57,58 @@ def ratio(a, b, key="bw"):
 
 def rs(x):
     return f"{x:5.2f}x" if x is not None else "   -  "
+
+
+def round_times(transport, n, algo, size):
+    return {x[0]: x[1] for x in runs.get(("weft", transport, n, algo, size), [])}
+
+
+def paired_regret(transport, n, pick, size):
+    """(regret, against): the largest over the other algorithms of the median over rounds of
+    (pick's time / theirs) - 1, and that algorithm; (0, None) when the pick is never slower."""
+    mine = round_times(transport, n, pick, size)
+    regret, against = 0.0, None
+    for k in runs:
+        if k[0] == "weft" and k[1] == transport and k[2] == n and k[4] == size and k[3] not in (pick, "automatic"):
+            other = {x[0]: x[1] for x in runs[k]}
+            common = [r for r in mine if r in other]
+            q = median(mine[r] / other[r] for r in common) - 1 if common else 0.0
+            if q > regret:
+                regret, against = q, k[3]
+    return regret, against
+
+
+def read_picks(path):
+    """An autotune table written by bench_comm_allreduce: {bytes: algorithm}."""
+    with open(path) as f:
+        lines = f.read().split()
+    return {int(l.split(",")[0]): l.split(",")[1] for l in lines[1:]}
+
+
+def print_pick_distribution(n):
+    """Every table run.sh wrote for n (round 1's and the --tables extra ones), scored against the rounds."""
+    folder = os.path.dirname(os.path.abspath(sys.argv[1]))
+    for tr in ("tcp", "shm"):
+        paths = sorted(glob.glob(os.path.join(folder, f"comm_tuning_{tr}_{n}.csv")) +
+                       glob.glob(os.path.join(folder, f"comm_tuning_{tr}_{n}_extra*.csv")))
+        tables = [read_picks(p) for p in paths]
+        if len(tables) < 2:
+            continue
+        print(f"\n-- {tr}: the picks of {len(tables)} autotune tables (each from its own process), scored "
+              "against the rounds (paired regret); target <= 10%")
+        within, total, worst_median = 0, 0, 0.0
+        for s in sizes[n]:
+            picks_here = [t[s] for t in tables if s in t and round_times(tr, n, t[s], s)]
+            if not picks_here:
+                continue
+            regrets = [paired_regret(tr, n, p, s)[0] for p in picks_here]
+            within += sum(r <= 0.10 for r in regrets)
+            total += len(regrets)
+            worst_median = max(worst_median, median(regrets))
+            counts = ", ".join(f"{a} x{picks_here.count(a)}" for a in sorted(set(picks_here)))
+            print(f"{tr} {s:>10} B: {counts:<52} regret median {100 * median(regrets):5.1f}%, "
+                  f"worst {100 * max(regrets):5.1f}%; within 10%: {sum(r <= 0.10 for r in regrets)} of {len(regrets)}")
+        print(f"{tr}: {within} of {total} picks within 10%; worst median regret over sizes {100 * worst_median:.1f}%")
 
 
 print("weft::comm allreduce: median [min-max] over rounds; busbw in GB/s (nccl-tests: algbw * 2(n-1)/n)")
@@ -111,6 +165,29 @@ for n in ranks:
     for tr, w in worst.items():
         print(f"{tr}: worst regret {100 * w:.1f}% (largest noise between two rows of one algorithm: "
               f"{100 * noise.get(tr, 0.0):.1f}%)")
+    print("\n-- tuner regret paired by round: the median over rounds of (the pick's time / another algorithm's in")
+    print("   the same round) - 1, the largest over the other algorithms; 'noise': the same for the pick's row")
+    print("   against its automatic row. Every algorithm of a round runs within a second or two of the others, so")
+    print("   what changes between rounds (on a shared VM, the host's placement of the vCPUs: the same call")
+    print("   in consecutive processes runs ~200 or ~450 us for seconds at a time) cancels in each ratio")
+    worst, noise = {}, {}
+    for tr in ("tcp", "shm"):
+        for s in sizes[n]:
+            chosen = picks.get((tr, n, s), set())
+            if len(chosen) != 1 or not round_times(tr, n, next(iter(chosen)), s):
+                continue
+            pick = next(iter(chosen))
+            regret, against = paired_regret(tr, n, pick, s)
+            mine, auto = round_times(tr, n, pick, s), round_times(tr, n, "automatic", s)
+            common = [r for r in mine if r in auto]
+            same = abs(median(mine[r] / auto[r] for r in common) - 1) if common else 0.0
+            worst[tr] = max(worst.get(tr, 0.0), regret)
+            noise[tr] = max(noise.get(tr, 0.0), same)
+            print(f"{tr} {s:>10} B: pick {pick:<18} paired regret {100 * regret:5.1f}%"
+                  f"{' (against ' + against + ')' if against else '':<32} noise {100 * same:4.1f}%")
+    for tr, w in worst.items():
+        print(f"{tr}: worst paired regret {100 * w:.1f}% (largest paired noise: {100 * noise.get(tr, 0.0):.1f}%)")
+    print_pick_distribution(n)
     print("\n-- bounds (every received byte is copied at least once (shm) / twice (loopback tcp); "
           "row / bound must be <= 1)")
     for tr in ("shm", "tcp"):

@@ -7,21 +7,24 @@
 # weft's ranks are bound to one core each when they fit the cores (--bind 1), as mpirun binds
 # OpenMPI's by default for up to 2 processes; with more ranks than cores neither is bound.
 # Round 1 of weft also runs autotune() and saves the table; later rounds load it (the tuner's pick
-# is then measured in batches independent of the ones that chose it).
-# Usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds 5] [--min B] [--max B] [--append]
+# is then measured in batches independent of the ones that chose it). One table is one draw: rounds
+# 2 to K+1 (--tables K) also run autotune() alone in a process of its own, and plot.py scores each
+# of those K tables' picks against the rounds too (the tuner's pick distribution and its regret).
+# Usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds 5] [--min B] [--max B] [--tables K] [--append]
 # Results: <build-dir>/bench-results/comm_allreduce.{csv,png} and comm_allreduce_summary.txt.
 # On a small shared machine run each rank count under its own quiet slot, e.g.
 #   wquiet bench/comm/run.sh build/release --ranks 2 && wquiet bench/comm/run.sh build/release --ranks 4 --append
 set -euo pipefail
-build=${1:?usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds R] [--min B] [--max B] [--append]}
+build=${1:?usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds R] [--min B] [--max B] [--tables K] [--append]}
 shift
-max=$((64 << 20)); min=1024; rounds=5; ranks="2 4"; append=0
+max=$((64 << 20)); min=1024; rounds=5; ranks="2 4"; append=0; tables=4
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --max) max=$2; shift 2 ;;
     --min) min=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
+    --tables) tables=$2; shift 2 ;;
     --append) append=1; shift ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
@@ -30,7 +33,10 @@ bin="$build/bench"
 out="$build/bench-results"
 mkdir -p "$out"
 csv="$out/comm_allreduce.csv"
-[[ $append == 1 && -f "$csv" ]] || echo "impl,transport,ranks,algorithm,bytes,round,time_us,algbw_GBps,busbw_GBps" > "$csv"
+if [[ $append != 1 || ! -f "$csv" ]]; then
+  echo "impl,transport,ranks,algorithm,bytes,round,time_us,algbw_GBps,busbw_GBps" > "$csv"
+  rm -f "$out"/comm_tuning_*_extra*.csv
+fi
 sweep=(--min "$min" --max "$max" --out "$csv")
 echo "# machine: $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%F %T') UTC" | tee -a "$out/comm_allreduce_runs.txt"
 start=$SECONDS
@@ -45,6 +51,10 @@ for ((r = 1; r <= rounds; ++r)); do
       ref=0; [[ $tr == tcp ]] && ref=1
       "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --round "$r" "${tune[@]}" --reference "$ref" --bind 1 \
         "${sweep[@]}" > /dev/null
+      if ((r >= 2 && r <= tables + 1)); then
+        "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --bind 1 --min "$min" --max "$max" \
+          --tune-out "$out/comm_tuning_${tr}_${n}_extra$((r - 1)).csv" --tune-only 1 > /dev/null
+      fi
     done
     if [[ -x "$bin/bench_comm_gloo" ]]; then
       "$bin/bench_comm_gloo" --ranks "$n" --round "$r" "${sweep[@]}" > /dev/null

@@ -90,46 +90,62 @@ TEST_CASE("autotune rejects arguments it cannot measure", "[comm][tuner]") {
   REQUIRE(weft_test::all_ok(errors));
 }
 
-TEST_CASE("the tuner's rule keeps the model's choice only inside the noise, and re-times when unsure",
-          "[comm][tuner]") {
-  // Medians and fastest batches of three candidates (seconds per call); candidate 1 is fastest
-  // unless a case says otherwise. `none`: the model's choice was not measured.
-  using table = std::array<double, 3>;
-  const table medians{1.00, 0.80, 0.90};
-  const std::size_t none = 3;
+TEST_CASE(
+    "the tuner's rule re-times the close candidates, then keeps the model's choice only within 3 % paired "
+    "by round",
+    "[comm][tuner]") {
+  // Candidates' batches (seconds per call) over five rounds; round k of each ran back to back.
+  // Round 3 is a slow spell that stretches every candidate. `none`: the model's choice was not
+  // measured. `last`: the decision after the re-timing (no more contenders).
+  using rounds = std::vector<double>;
+  const rounds fast{0.80, 0.81, 1.60, 0.79, 0.80};  // the winner unless a case says otherwise
+  const rounds slower_by_12{0.90, 0.91, 1.80, 0.89, 0.90};
+  const rounds slower_by_30{1.04, 1.05, 2.08, 1.03, 1.04};
+  const std::size_t none = 9;
+  using indices = std::vector<std::size_t>;
   struct rule_case {
     const char* what;
-    table medians, fastest;
+    std::vector<rounds> batches;
     std::size_t prior;
+    bool last;
     std::size_t winner, pick;
-    bool retime;
+    indices contenders;
   };
   const rule_case cases[] = {
-      {"the fastest median wins without a prior", medians, {0.95, 0.75, 0.85}, none, 1, 1, false},
-      {"or when the prior is the winner", medians, {0.95, 0.75, 0.85}, 1, 1, 1, false},
-      {"a prior within 3 % of the winner is kept at once", {1.00, 0.80, 0.82}, {0.95, 0.75, 0.81}, 2, 1, 2, false},
-      {"a prior clearly slower, its batches never as fast as the winner's median, loses",
-       medians,
-       {0.95, 0.75, 0.85},
+      {"the fastest median wins without a prior", {slower_by_30, fast}, none, true, 1, 1, {}},
+      {"or when the prior is the winner", {slower_by_30, fast}, 1, true, 1, 1, {}},
+      {"a prior within 3 % round by round is kept, though its median is 12 % above the winner's (a slow spell "
+       "in rounds 3-4 hit both, one in round 2 the prior only)",
+       {{0.81, 0.90, 1.62, 1.62, 0.81}, {0.80, 0.80, 1.60, 1.60, 0.80}},
        0,
-       1,
-       1,
-       false},
-      {"a prior kept only by one fast batch (its best beat the winner's median) is kept for now, and the two "
-       "are timed again",
-       medians,
-       {0.79, 0.75, 0.85},
-       0,
+       true,
        1,
        0,
-       true},
-      {"equal medians go to the first", {0.80, 0.80, 0.90}, {0.79, 0.79, 0.85}, none, 0, 0, false},
+       {}},
+      {"a prior 25 % slower in every round loses, though its fastest batch beats the winner's median",
+       {{1.00, 1.01, 2.00, 0.75, 1.00}, fast},
+       0,
+       true,
+       1,
+       1,
+       {}},
+      {"a prior 6 % slower round by round loses", {{0.85, 0.86, 1.70, 0.84, 0.85}, fast}, 0, true, 1, 1, {}},
+      {"only the rounds both were timed in are paired", {{0.82, 0.83, 1.64}, fast}, 0, true, 1, 0, {}},
+      {"before the re-timing, the winner and the candidates within 15 % of it are contenders",
+       {{0.85, 0.86, 1.70, 0.84, 0.85}, slower_by_30, fast, slower_by_12},
+       0,
+       false,
+       2,
+       2,
+       {0, 2, 3}},
+      {"a clear winner has no contenders", {slower_by_30, fast}, 0, false, 1, 1, {}},
+      {"equal medians go to the first", {fast, fast}, none, true, 0, 0, {}},
   };
   for (const rule_case& c : cases) {
     INFO(c.what);
-    const auto v = wc::detail::tuner_rule(c.medians, c.fastest, c.prior);
+    const auto v = wc::detail::tuner_rule(c.batches, c.prior, c.last);
     CHECK(v.winner == c.winner);
     CHECK(v.pick == c.pick);
-    CHECK(v.retime == c.retime);
+    CHECK(v.contenders == c.contenders);
   }
 }

@@ -80,31 +80,54 @@ cost_model calibrate(Tr& t, std::size_t large_bytes = std::size_t{4} << 20, int 
 
 namespace detail {
 
-/// autotune()'s decision over the candidates' medians and fastest batches (seconds per call).
+/// The median of `v` (the upper one of an even count). O(size).
+inline double median_of(std::vector<double> v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+/// autotune()'s decision over the candidates' batches.
 struct tuner_verdict {
-  std::size_t winner = 0;  ///< the fastest median (the first of equal ones)
-  std::size_t pick = 0;    ///< what the table records
-  bool retime = false;     ///< undecided: time the prior and the winner again, then decide again
+  std::size_t winner = 0;               ///< the fastest median (the first of equal ones)
+  std::size_t pick = 0;                 ///< what the table records
+  std::vector<std::size_t> contenders;  ///< when not empty: undecided, time these again and decide again
 };
 
-/// The fastest median wins, except that the cost model's choice (index `prior`; past the end when
-/// it was not measured) is kept when the difference is within the noise: its median within 3% of
-/// the winner's, or its fastest batch at most the winner's median. A gap inside the noise says
-/// nothing about the next run, while the model is the same every run and the better guess for
-/// sizes in between (on a shared 2-core host, 5 batches of a few ms often differ by 30% between
-/// runs). When only the overlap of the batches keeps the prior (the case behind the bench's
-/// largest regrets, near the sizes where two algorithms cross), the verdict asks for more
-/// batches of the two. O(candidates).
-inline tuner_verdict tuner_rule(std::span<const double> medians, std::span<const double> fastest_batch,
-                                std::size_t prior) noexcept {
+/// The median over their common rounds of `a[k] / b[k]`: how much slower a is than b, paired round
+/// by round. O(rounds).
+inline double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  const std::size_t rounds = std::min(a.size(), b.size());
+  std::vector<double> ratios(rounds);
+  for (std::size_t k = 0; k < rounds; ++k) ratios[k] = a[k] / b[k];
+  return median_of(std::move(ratios));
+}
+
+/// `batches[c][k]`: candidate c's seconds per call in round k, where round k of every candidate ran
+/// back to back (a candidate timed in fewer rounds has fewer). The fastest median wins, except that
+/// the cost model's choice (index `prior`; past the end when it was not measured) is kept while,
+/// paired round by round with the winner, it is within 3 % (`paired_ratio` at most 1.03): between
+/// such near-ties the model is the better guess for the next run and for sizes in between.
+/// Pairing is what makes a few percent resolvable: a slow spell of a shared host stretches every
+/// batch of a round, so it moves their ratios little and their medians a lot. Unless `last`, the
+/// winner and every candidate within 15 % of it (paired) are contenders to be timed again when
+/// there are two or more: a few rounds do not order candidates that close. (Measured at n = 2 tcp
+/// 1 MiB, where recursive doubling is 10-20 % faster than ring: 5 rounds and then 15 more of the
+/// contenders picked it in 14 of 14 processes, 5 rounds alone in 9 of 14; an earlier rule, which
+/// kept the model's choice when its fastest batch beat the winner's median, in 4 of 10, and with 25
+/// rounds in 0 of 10, since more batches make a fast one likelier.) O(candidates × rounds).
+inline tuner_verdict tuner_rule(std::span<const std::vector<double>> batches, std::size_t prior, bool last) {
+  std::vector<double> medians(batches.size());
+  for (std::size_t c = 0; c < batches.size(); ++c) medians[c] = median_of(batches[c]);
   tuner_verdict v;
   v.winner = static_cast<std::size_t>(std::min_element(medians.begin(), medians.end()) - medians.begin());
   v.pick = v.winner;
-  if (prior >= medians.size() || prior == v.winner) return v;
-  const bool close = medians[prior] <= medians[v.winner] * 1.03;
-  const bool overlap = fastest_batch[prior] <= medians[v.winner];
-  if (close || overlap) v.pick = prior;
-  v.retime = !close && overlap;
+  if (prior < batches.size() && prior != v.winner && paired_ratio(batches[prior], batches[v.winner]) <= 1.03)
+    v.pick = prior;
+  if (last) return v;
+  for (std::size_t c = 0; c < batches.size(); ++c)
+    if (c == v.winner || paired_ratio(batches[c], batches[v.winner]) <= 1.15) v.contenders.push_back(c);
+  if (v.contenders.size() < 2) v.contenders.clear();
   return v;
 }
 
@@ -117,16 +140,14 @@ inline constexpr std::array<algorithm, 5> autotune_candidates{
 /// Runs on every rank (collective, same arguments everywhere). For each size in `sizes` (bytes of
 /// float data, rounded down to whole floats): one warm-up allreduce per candidate, then `reps`
 /// rounds that each time one batch of back-to-back allreduces (at least 3, about 8 MiB moved) of
-/// every candidate in turn (so a slow spell of a shared host hits them all alike); each rank's
-/// median and fastest batch per call, the largest over ranks. The fastest median wins, except
-/// that the cost model's choice wins when the difference is within the noise: its median within
-/// 3% of the fastest, or its fastest batch at most the fastest candidate's median (the ranges
-/// overlap, so another run may well order them the other way). When only the overlap keeps the
-/// model's choice, those two are timed 2 × reps more rounds first and the rule applied again to
-/// all their batches. Returns the same table on every rank; pass it as options::table. Throws
-/// errc::invalid_argument for no sizes, a size under 4 bytes, reps < 1, or a candidate that is
-/// automatic or hierarchical; what allreduce throws otherwise. Cost: about reps × candidates ×
-/// sizes batches, plus 4 × reps batches at each undecided size.
+/// every candidate in turn (so a slow spell of a shared host hits them all alike); each batch's
+/// time is the largest over ranks. The candidates within 15 % of the fastest (compared round by
+/// round) are timed 3 × reps more rounds; then the fastest median wins, except that the cost
+/// model's choice is kept while it is within 3 % of it round by round (`detail::tuner_rule`).
+/// Returns the same table on every rank (each candidate's median seconds per call, the pick); pass
+/// it as options::table. Throws errc::invalid_argument for no sizes, a size under 4 bytes,
+/// reps < 1, or a candidate that is automatic or hierarchical; what allreduce throws otherwise.
+/// Cost: reps × candidates batches per size, plus 3 × reps batches per close contender.
 template <transport Tr>
 tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
                       std::span<const algorithm> candidates = autotune_candidates, const options& opt = {}) {
@@ -169,39 +190,37 @@ tuning_table autotune(Tr& t, std::span<const std::size_t> sizes, int reps = 5,
           batches[c].push_back(std::chrono::duration<double>(clock_type::now() - t0).count() / calls);
         }
     };
-    // Per candidate: the median batch, then the fastest (both the largest over ranks, so every
-    // rank holds identical numbers and takes identical decisions below).
-    std::vector<double> stats(2 * candidates.size());
-    auto summarize = [&] {
-      for (std::size_t c = 0; c < candidates.size(); ++c) {
-        auto& b = batches[c];
-        std::nth_element(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(b.size() / 2), b.end());
-        stats[c] = b[b.size() / 2];
-        stats[candidates.size() + c] = *std::min_element(b.begin(), b.end());
-      }
+    // Every rank's batches, the largest over ranks in each round (the slowest rank is the
+    // collective's time), so every rank holds identical numbers and takes identical decisions.
+    std::vector<std::vector<double>> agreed;
+    auto agree = [&] {
+      std::vector<double> flat;
+      for (const auto& b : batches) flat.insert(flat.end(), b.begin(), b.end());
       options m = opt;
       m.algo = algorithm::ring;
       m.table = nullptr;
-      allreduce(t, std::span<double>(stats), op::max{}, m);
+      allreduce(t, std::span<double>(flat), op::max{}, m);
+      agreed = batches;
+      auto next = flat.begin();
+      for (auto& b : agreed)
+        for (double& x : b) x = *next++;
     };
     time_rounds(reps, every);
-    summarize();
-    const std::span<const double> medians(stats.data(), candidates.size());
-    const std::span<const double> fastest_batch(stats.data() + candidates.size(), candidates.size());
+    agree();
     const algorithm prior =
         choose_allreduce(bytes, table.ranks, opt.segment_bytes, opt.model ? *opt.model : cost_model{});
     const std::size_t p =
         static_cast<std::size_t>(std::find(candidates.begin(), candidates.end(), prior) - candidates.begin());
-    detail::tuner_verdict v = detail::tuner_rule(medians, fastest_batch, p);
-    if (v.retime) {
-      const std::array<std::size_t, 2> pair{p, v.winner};
-      time_rounds(2 * reps, pair);
-      summarize();
-      v = detail::tuner_rule(medians, fastest_batch, p);
+    detail::tuner_verdict v = detail::tuner_rule(agreed, p, false);
+    if (!v.contenders.empty()) {
+      time_rounds(3 * reps, v.contenders);
+      agree();
+      v = detail::tuner_rule(agreed, p, true);
     }
     tuning_table::entry e;
     e.bytes = bytes;
-    for (std::size_t i = 0; i < candidates.size(); ++i) e.seconds.emplace_back(candidates[i], medians[i]);
+    for (std::size_t i = 0; i < candidates.size(); ++i)
+      e.seconds.emplace_back(candidates[i], detail::median_of(agreed[i]));
     e.best = candidates[v.pick];
     table.entries.push_back(std::move(e));
   }
