@@ -78,6 +78,16 @@ def paired_regret(transport, n, pick, size):
     return regret, against
 
 
+def round1_picks(n):
+    """(transport, size, algorithm) for every size where round 1's table made one pick that the
+    rounds timed under its own name too."""
+    for tr in ("tcp", "shm"):
+        for s in sizes[n]:
+            chosen = picks.get((tr, n, s), set())
+            if len(chosen) == 1 and round_times(tr, n, next(iter(chosen)), s):
+                yield tr, s, next(iter(chosen))
+
+
 def read_picks(path):
     """An autotune table written by bench_comm_allreduce: {bytes: algorithm}."""
     with open(path) as f:
@@ -145,23 +155,16 @@ for n in ranks:
     print("   on its own (the same algorithm, so it differs from the pick's row only by noise); 'noise': how far")
     print("   those two rows of one algorithm differ (|pick row / auto row - 1|): regrets below it are noise")
     worst, noise = {}, {}
-    for tr in ("tcp", "shm"):
-        for s in sizes[n]:
-            wa = stats(("weft", tr, n, "automatic", s))
-            ab, wb = best("weft", tr, n, s)
-            chosen = picks.get((tr, n, s), set())
-            if not wb or len(chosen) != 1:
-                continue
-            pick = next(iter(chosen))
-            wp = stats(("weft", tr, n, pick, s))
-            if not wp:
-                continue
-            regret = wp["t"] / wb["t"] - 1
-            worst[tr] = max(worst.get(tr, -1), regret)
-            same = abs(wp["t"] / wa["t"] - 1) if wa else 0.0
-            noise[tr] = max(noise.get(tr, 0.0), same)
-            print(f"{tr} {s:>10} B: pick {pick:<18} {wp['t']:10.2f} us   best {ab:<18} {wb['t']:10.2f} us   "
-                  f"regret {100 * regret:5.1f}%   (auto row {fmt_t(wa)}; noise {100 * same:4.1f}%)")
+    for tr, s, pick in round1_picks(n):
+        wa = stats(("weft", tr, n, "automatic", s))
+        ab, wb = best("weft", tr, n, s)
+        wp = stats(("weft", tr, n, pick, s))
+        regret = wp["t"] / wb["t"] - 1
+        worst[tr] = max(worst.get(tr, -1), regret)
+        same = abs(wp["t"] / wa["t"] - 1) if wa else 0.0
+        noise[tr] = max(noise.get(tr, 0.0), same)
+        print(f"{tr} {s:>10} B: pick {pick:<18} {wp['t']:10.2f} us   best {ab:<18} {wb['t']:10.2f} us   "
+              f"regret {100 * regret:5.1f}%   (auto row {fmt_t(wa)}; noise {100 * same:4.1f}%)")
     for tr, w in worst.items():
         print(f"{tr}: worst regret {100 * w:.1f}% (largest noise between two rows of one algorithm: "
               f"{100 * noise.get(tr, 0.0):.1f}%)")
@@ -171,20 +174,15 @@ for n in ranks:
     print("   what changes between rounds (on a shared VM, the host's placement of the vCPUs: the same call")
     print("   in consecutive processes runs ~200 or ~450 us for seconds at a time) cancels in each ratio")
     worst, noise = {}, {}
-    for tr in ("tcp", "shm"):
-        for s in sizes[n]:
-            chosen = picks.get((tr, n, s), set())
-            if len(chosen) != 1 or not round_times(tr, n, next(iter(chosen)), s):
-                continue
-            pick = next(iter(chosen))
-            regret, against = paired_regret(tr, n, pick, s)
-            mine, auto = round_times(tr, n, pick, s), round_times(tr, n, "automatic", s)
-            common = [r for r in mine if r in auto]
-            same = abs(median(mine[r] / auto[r] for r in common) - 1) if common else 0.0
-            worst[tr] = max(worst.get(tr, 0.0), regret)
-            noise[tr] = max(noise.get(tr, 0.0), same)
-            print(f"{tr} {s:>10} B: pick {pick:<18} paired regret {100 * regret:5.1f}%"
-                  f"{' (against ' + against + ')' if against else '':<32} noise {100 * same:4.1f}%")
+    for tr, s, pick in round1_picks(n):
+        regret, against = paired_regret(tr, n, pick, s)
+        mine, auto = round_times(tr, n, pick, s), round_times(tr, n, "automatic", s)
+        common = [r for r in mine if r in auto]
+        same = abs(median(mine[r] / auto[r] for r in common) - 1) if common else 0.0
+        worst[tr] = max(worst.get(tr, 0.0), regret)
+        noise[tr] = max(noise.get(tr, 0.0), same)
+        print(f"{tr} {s:>10} B: pick {pick:<18} paired regret {100 * regret:5.1f}%"
+              f"{' (against ' + against + ')' if against else '':<32} noise {100 * same:4.1f}%")
     for tr, w in worst.items():
         print(f"{tr}: worst paired regret {100 * w:.1f}% (largest paired noise: {100 * noise.get(tr, 0.0):.1f}%)")
     print_pick_distribution(n)
