@@ -63,6 +63,12 @@ def round_times(transport, n, algo, size):
     return {x[0]: x[1] for x in runs.get(("weft", transport, n, algo, size), [])}
 
 
+def paired_excess(mine, other):
+    """The median over the rounds both timed of mine / other - 1 (0 when none is shared)."""
+    common = [r for r in mine if r in other]
+    return median(mine[r] / other[r] for r in common) - 1 if common else 0.0
+
+
 def paired_regret(transport, n, pick, size):
     """(regret, against): the largest over the other algorithms of the median over rounds of
     (pick's time / theirs) - 1, and that algorithm; (0, None) when the pick is never slower."""
@@ -70,9 +76,7 @@ def paired_regret(transport, n, pick, size):
     regret, against = 0.0, None
     for k in runs:
         if k[0] == "weft" and k[1] == transport and k[2] == n and k[4] == size and k[3] not in (pick, "automatic"):
-            other = {x[0]: x[1] for x in runs[k]}
-            common = [r for r in mine if r in other]
-            q = median(mine[r] / other[r] for r in common) - 1 if common else 0.0
+            q = paired_excess(mine, round_times(transport, n, k[3], size))
             if q > regret:
                 regret, against = q, k[3]
     return regret, against
@@ -176,9 +180,7 @@ for n in ranks:
     worst, noise = {}, {}
     for tr, s, pick in round1_picks(n):
         regret, against = paired_regret(tr, n, pick, s)
-        mine, auto = round_times(tr, n, pick, s), round_times(tr, n, "automatic", s)
-        common = [r for r in mine if r in auto]
-        same = abs(median(mine[r] / auto[r] for r in common) - 1) if common else 0.0
+        same = abs(paired_excess(round_times(tr, n, pick, s), round_times(tr, n, "automatic", s)))
         worst[tr] = max(worst.get(tr, 0.0), regret)
         noise[tr] = max(noise.get(tr, 0.0), same)
         print(f"{tr} {s:>10} B: pick {pick:<18} paired regret {100 * regret:5.1f}%"

@@ -15,9 +15,21 @@
 #include <chrono>
 #include <numeric>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace weft::comm {
+
+namespace detail {
+
+/// The median of `v` (the upper one of an even count). O(size).
+inline double median_of(std::vector<double> v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+}  // namespace detail
 
 /// Runs on every rank (collective). `large_bytes` is the big ping-pong size, `reps` the number of
 /// round trips per size (the median is used). Returns the same model on every rank; a single
@@ -56,8 +68,7 @@ cost_model calibrate(Tr& t, std::size_t large_bytes = std::size_t{4} << 20, int 
       }
       if (i > 0) times.push_back(std::chrono::duration<double>(clock_type::now() - t0).count() / 2);
     }
-    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-    return times[times.size() / 2];
+    return detail::median_of(std::move(times));
   };
   if (r <= 1) {
     c.phase("ping-pong small");
@@ -79,13 +90,6 @@ cost_model calibrate(Tr& t, std::size_t large_bytes = std::size_t{4} << 20, int 
 }
 
 namespace detail {
-
-/// The median of `v` (the upper one of an even count). O(size).
-inline double median_of(std::vector<double> v) {
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
 
 /// autotune()'s decision over the candidates' batches.
 struct tuner_verdict {
