@@ -4,6 +4,7 @@
 against size (best algorithm per implementation, bounds dashed, the tcp reference dotted)."""
 import csv
 import glob
+import math
 import os
 import sys
 from collections import defaultdict
@@ -69,6 +70,21 @@ def paired_excess(mine, other):
     return median(mine[r] / other[r] for r in common) - 1 if common else 0.0
 
 
+def paired_excess_ci(mine, other):
+    """A distribution-free ~95 % confidence interval of paired_excess(mine, other): the order
+    statistics m/2 -+ 0.98 sqrt(m) of the m per-round ratios (the binomial interval of a median,
+    normal approximation; Conover, "Practical Nonparametric Statistics", 3rd ed., 1999, sec. 3.2).
+    (lo, hi) as excesses; None with fewer than 6 shared rounds (too few for a 95 % interval)."""
+    q = sorted(mine[r] / other[r] for r in mine if r in other)
+    m = len(q)
+    if m < 6:
+        return None
+    half = 0.98 * math.sqrt(m)
+    lo = max(math.floor(m / 2 - half), 1)  # ranks, 1-based: the lo-th and the hi-th smallest
+    hi = min(math.ceil(1 + m / 2 + half), m)
+    return q[lo - 1] - 1, q[hi - 1] - 1
+
+
 def paired_regret(transport, n, pick, size):
     """(regret, against): the largest over the other algorithms of the median over rounds of
     (pick's time / theirs) - 1, and that algorithm; (0, None) when the pick is never slower."""
@@ -80,6 +96,12 @@ def paired_regret(transport, n, pick, size):
             if q > regret:
                 regret, against = q, k[3]
     return regret, against
+
+
+def fmt_ci(transport, n, pick, against, size):
+    """The ~95 % interval of the pick's paired excess over `against` (see paired_excess_ci)."""
+    ci = paired_excess_ci(round_times(transport, n, pick, size), round_times(transport, n, against, size))
+    return f"95% CI {100 * ci[0]:+6.1f}..{100 * ci[1]:+6.1f}%" if ci else ""
 
 
 def round1_picks(n):
@@ -176,7 +198,8 @@ for n in ranks:
     print("   the same round) - 1, the largest over the other algorithms; 'noise': the same for the pick's row")
     print("   against its automatic row. Every algorithm of a round runs within a second or two of the others, so")
     print("   what changes between rounds (on a shared VM, the host's placement of the vCPUs: the same call")
-    print("   in consecutive processes runs ~200 or ~450 us for seconds at a time) cancels in each ratio")
+    print("   in consecutive processes runs ~200 or ~450 us for seconds at a time) cancels in each ratio;")
+    print("   '95% CI': the median's distribution-free interval over the rounds (6 or more) against that algorithm")
     worst, noise = {}, {}
     for tr, s, pick in round1_picks(n):
         regret, against = paired_regret(tr, n, pick, s)
@@ -184,7 +207,8 @@ for n in ranks:
         worst[tr] = max(worst.get(tr, 0.0), regret)
         noise[tr] = max(noise.get(tr, 0.0), same)
         print(f"{tr} {s:>10} B: pick {pick:<18} paired regret {100 * regret:5.1f}%"
-              f"{' (against ' + against + ')' if against else '':<32} noise {100 * same:4.1f}%")
+              f"{' (against ' + against + ')' if against else '':<32} noise {100 * same:4.1f}%"
+              f"  {fmt_ci(tr, n, pick, against, s) if against else ''}")
     for tr, w in worst.items():
         print(f"{tr}: worst paired regret {100 * w:.1f}% (largest paired noise: {100 * noise.get(tr, 0.0):.1f}%)")
     print_pick_distribution(n)
