@@ -64,10 +64,15 @@ def round_times(transport, n, algo, size):
     return {x[0]: x[1] for x in runs.get(("weft", transport, n, algo, size), [])}
 
 
+def paired_ratios(mine, other):
+    """mine / other in every round both timed, sorted."""
+    return sorted(mine[r] / other[r] for r in mine if r in other)
+
+
 def paired_excess(mine, other):
     """The median over the rounds both timed of mine / other - 1 (0 when none is shared)."""
-    common = [r for r in mine if r in other]
-    return median(mine[r] / other[r] for r in common) - 1 if common else 0.0
+    q = paired_ratios(mine, other)
+    return median(q) - 1 if q else 0.0
 
 
 def paired_excess_ci(mine, other):
@@ -75,7 +80,7 @@ def paired_excess_ci(mine, other):
     statistics m/2 -+ 0.98 sqrt(m) of the m per-round ratios (the binomial interval of a median,
     normal approximation; Conover, "Practical Nonparametric Statistics", 3rd ed., 1999, sec. 3.2).
     (lo, hi) as excesses; None with fewer than 6 shared rounds (too few for a 95 % interval)."""
-    q = sorted(mine[r] / other[r] for r in mine if r in other)
+    q = paired_ratios(mine, other)
     m = len(q)
     if m < 6:
         return None

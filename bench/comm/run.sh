@@ -42,15 +42,17 @@ fi
 # 680-4,771 us, so such rounds ordered two algorithms 10 % apart at random. Every implementation's
 # batches are then at least 32 calls (many slices each), the peers' too.
 iters_for() { if (($1 > $(nproc))); then echo 32; else echo 3; fi; }
+# sweep: the size and batch flags every binary gets for rank count $1.
+set_sweep() { sweep=(--min "$min" --max "$max" --out "$csv" --iters "$(iters_for "$1")"); }
 echo "# machine: $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%F %T') UTC" | tee -a "$out/comm_allreduce_runs.txt"
 start=$SECONDS
 for n in $ranks; do
-  sweep=(--min "$min" --max "$max" --out "$csv" --iters "$(iters_for "$n")")
+  set_sweep "$n"
   "$bin/bench_comm_bounds" --ranks "$n" "${sweep[@]}" > /dev/null
 done
 for ((r = 1; r <= rounds; ++r)); do
   for n in $ranks; do
-    sweep=(--min "$min" --max "$max" --out "$csv" --iters "$(iters_for "$n")")
+    set_sweep "$n"
     for tr in tcp shm; do
       table="$out/comm_tuning_${tr}_${n}.csv"
       if [[ $r == 1 ]]; then tune=(--tune-out "$table"); else tune=(--tune-in "$table"); fi
