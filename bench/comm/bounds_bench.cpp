@@ -23,13 +23,6 @@
 
 namespace {
 
-int cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 // Aggregate bytes/s of k threads each copying `bytes` between its own two buffers, repeatedly for
 // about 20 ms, all at once.
 double aggregate_copy_rate(int k, std::size_t bytes) {
@@ -65,11 +58,11 @@ double aggregate_copy_rate(int k, std::size_t bytes) {
 
 int main(int argc, char** argv) {
   auto f = bench::parse(argc, argv);
-  const int k = std::min(f.ranks, cores());
+  const int k = std::min(f.ranks, bench::allowed_cores());
   double peak = 0;
   for (std::size_t b = std::size_t{16} << 10; b <= (std::size_t{64} << 20); b *= 4)
     for (int rep = 0; rep < 3; ++rep) peak = std::max(peak, aggregate_copy_rate(k, b));
-  std::printf("# copy bound: %d of %d cores, peak aggregate memcpy %.1f GB/s\n", k, cores(), peak / 1e9);
+  std::printf("# copy bound: %d of %d cores, peak aggregate memcpy %.1f GB/s\n", k, bench::allowed_cores(), peak / 1e9);
   // Rows carry the bound as busbw: time = 2(p-1)/p·n / bound, so busbw comes out as the bound.
   const double p = f.ranks;
   for (std::size_t bytes : bench::sizes(f)) {

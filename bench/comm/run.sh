@@ -37,22 +37,16 @@ if [[ $append != 1 || ! -f "$csv" ]]; then
   echo "impl,transport,ranks,algorithm,bytes,round,time_us,algbw_GBps,busbw_GBps" > "$csv"
   rm -f "$out"/comm_tuning_*_extra*.csv
 fi
-# With more ranks than cores (n = 4 here) a call's time depends on how the OS time-slices the ranks:
-# a batch of 4 calls at 1 MiB spans about one slice, and single rounds of one algorithm ranged
-# 680-4,771 us, so such rounds ordered two algorithms 10 % apart at random. Every implementation's
-# batches are then at least 32 calls (many slices each), the peers' too.
-iters_for() { if (($1 > $(nproc))); then echo 32; else echo 3; fi; }
-# sweep: the size and batch flags every binary gets for rank count $1.
-set_sweep() { sweep=(--min "$min" --max "$max" --out "$csv" --iters "$(iters_for "$1")"); }
+# Batches: every binary (weft's, the peers', the bounds) takes bench::default_iters (common.hpp): at
+# least 32 calls when the ranks outnumber the cores (n = 4 here), 3 otherwise.
+sweep=(--min "$min" --max "$max" --out "$csv")
 echo "# machine: $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%F %T') UTC" | tee -a "$out/comm_allreduce_runs.txt"
 start=$SECONDS
 for n in $ranks; do
-  set_sweep "$n"
   "$bin/bench_comm_bounds" --ranks "$n" "${sweep[@]}" > /dev/null
 done
 for ((r = 1; r <= rounds; ++r)); do
   for n in $ranks; do
-    set_sweep "$n"
     for tr in tcp shm; do
       table="$out/comm_tuning_${tr}_${n}.csv"
       if [[ $r == 1 ]]; then tune=(--tune-out "$table"); else tune=(--tune-in "$table"); fi
