@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -120,11 +121,16 @@ struct model_request {
 
 // Everything observable about a manager: tables, reference counts, free-list order (device and
 // host), the key every block carries, and the statistics.
+struct request_snapshot {
+  std::uint64_t id = 0;
+  std::vector<block_id> table;
+  std::vector<host_block_id> host_table;
+  std::size_t slots = 0, computed = 0;
+  bool operator==(const request_snapshot&) const = default;
+};
 struct snapshot {
   std::size_t free = 0;
-  std::map<std::uint64_t, std::vector<block_id>> tables;
-  std::map<std::uint64_t, std::vector<host_block_id>> host_tables;
-  std::map<std::uint64_t, std::pair<std::size_t, std::size_t>> counts;  // (slots, computed)
+  std::vector<request_snapshot> requests;  // by id
   std::vector<std::uint32_t> refs;
   std::vector<block_id> free_list, host_free_list;
   std::vector<std::optional<block_key>> keys, host_keys;
@@ -136,10 +142,12 @@ snapshot take_snapshot(const kv_manager<>& kv) {
   snapshot s;
   s.free = kv.free_blocks();
   kv.for_each_request([&](request_id id, const block_table& t, bool) {
-    s.tables[id.value()] = std::vector<block_id>(t.blocks().begin(), t.blocks().end());
-    s.host_tables[id.value()] = std::vector<host_block_id>(kv.host_blocks(id).begin(), kv.host_blocks(id).end());
-    s.counts[id.value()] = {kv.num_tokens(id), kv.computed_tokens(id)};
+    const auto host = kv.host_blocks(id);
+    s.requests.push_back({id.value(), std::vector<block_id>(t.blocks().begin(), t.blocks().end()),
+                          std::vector<host_block_id>(host.begin(), host.end()), kv.num_tokens(id),
+                          kv.computed_tokens(id)});
   });
+  std::sort(s.requests.begin(), s.requests.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   for (std::uint32_t b = 1; b < kv.cache().pool().capacity(); ++b) {
     s.refs.push_back(kv.cache().ref_count(block_id(b)));
     s.keys.push_back(kv.cache().key_of(block_id(b)));
@@ -156,8 +164,21 @@ snapshot take_snapshot(const kv_manager<>& kv) {
 // Content identity of a full block: the salt and every token up to the block's end.
 using content = std::pair<std::uint64_t, std::vector<token_id>>;
 
+// One key, one content, forever: the first time `key` is seen it is recorded as naming (salt, every
+// token up to the block's end); later it must name the same. Compared in place, without a copy of
+// the tokens per block and step (most of this test's time under ASan when it copied them).
+bool names_content(std::unordered_map<block_key, content>& seen_keys, const block_key& key, std::uint64_t salt,
+                   std::span<const token_id> tokens) {
+  const auto it = seen_keys.find(key);
+  if (it == seen_keys.end()) {
+    seen_keys.emplace(key, content{salt, std::vector<token_id>(tokens.begin(), tokens.end())});
+    return true;
+  }
+  return it->second.first == salt && std::ranges::equal(it->second.second, tokens);
+}
+
 void check_invariants(const kv_manager<>& kv, const std::map<std::uint64_t, model_request>& model,
-                      std::map<block_key, content>& seen_keys) {
+                      std::unordered_map<block_key, content>& seen_keys) {
   const std::size_t cap = kv.cache().pool().capacity();
   const std::size_t bs = kv.block_size();
   std::vector<std::uint32_t> live(cap, 0);
@@ -175,10 +196,8 @@ void check_invariants(const kv_manager<>& kv, const std::map<std::uint64_t, mode
       REQUIRE(hb.size() == (m.num_tokens + bs - 1) / bs);
       for (std::size_t i = 0; m.known && i < hb.size() && (i + 1) * bs <= m.tokens.size(); ++i) {
         if (const auto key = kv.host_cache()->key_of(block_id(hb[i].value()))) {
-          const content c{m.salt, std::vector<token_id>(m.tokens.begin(), m.tokens.begin() + (i + 1) * bs)};
-          const auto [it, inserted] = seen_keys.emplace(*key, c);
-          REQUIRE(it->second == c);  // host copies hold what their key says
-          (void)inserted;
+          if (!names_content(seen_keys, *key, m.salt, std::span(m.tokens).first((i + 1) * bs)))
+            FAIL("request " << id.value() << ": the key of host block " << i << " names other content");
         }
       }
       return;
@@ -191,22 +210,27 @@ void check_invariants(const kv_manager<>& kv, const std::map<std::uint64_t, mode
       // Cached content is what this request holds there: no stale key, no wrong hit.
       if (m.known && (i + 1) * bs <= m.tokens.size()) {
         if (const auto key = kv.cache().key_of(b)) {
-          const content c{m.salt, std::vector<token_id>(m.tokens.begin(), m.tokens.begin() + (i + 1) * bs)};
-          const auto [it, inserted] = seen_keys.emplace(*key, c);
-          REQUIRE(it->second == c);  // one key, one content, forever
-          (void)inserted;
+          if (!names_content(seen_keys, *key, m.salt, std::span(m.tokens).first((i + 1) * bs)))
+            FAIL("request " << id.value() << ": the key of block " << i << " names other content");
         }
       }
     }
   });
   REQUIRE(requests == model.size());
   std::size_t referenced = 0;
+  // Per block: ref counts equal live references, never both free and referenced, keys unique. Each is
+  // asserted (with the block) only when one fails: that is millions of assertions per run otherwise.
   for (std::uint32_t b = 1; b < cap; ++b) {
     const block_id id(b);
-    REQUIRE(kv.cache().ref_count(id) == live[b]);       // ref counts equal live references
-    REQUIRE(kv.cache().is_free(id) == (live[b] == 0));  // never both free and referenced
+    const auto key = kv.cache().key_of(id);
+    if (kv.cache().ref_count(id) != live[b] || kv.cache().is_free(id) != (live[b] == 0) ||
+        (key && kv.cache().find(*key) != id)) {
+      CAPTURE(b);
+      REQUIRE(kv.cache().ref_count(id) == live[b]);
+      REQUIRE(kv.cache().is_free(id) == (live[b] == 0));
+      REQUIRE(kv.cache().find(*key) == id);
+    }
     referenced += live[b] != 0;
-    if (const auto key = kv.cache().key_of(id)) REQUIRE(kv.cache().find(*key) == id);  // keys unique
   }
   REQUIRE(kv.free_blocks() + referenced == kv.usable_blocks());
   // The host tier obeys the same rules: ref counts equal swapped requests' references.
@@ -217,8 +241,12 @@ void check_invariants(const kv_manager<>& kv, const std::map<std::uint64_t, mode
         for (const host_block_id h : kv.host_blocks(id)) ++host_live[h.value()];
     });
     for (std::uint32_t b = 1; b < host->pool().capacity(); ++b) {
-      REQUIRE(host->ref_count(block_id(b)) == host_live[b]);
-      if (const auto key = host->key_of(block_id(b))) REQUIRE(host->find(*key) == block_id(b));
+      const auto key = host->key_of(block_id(b));
+      if (host->ref_count(block_id(b)) != host_live[b] || (key && host->find(*key) != block_id(b))) {
+        CAPTURE(b);
+        REQUIRE(host->ref_count(block_id(b)) == host_live[b]);
+        REQUIRE(host->find(*key) == block_id(b));
+      }
     }
   }
 }
@@ -236,7 +264,7 @@ TEST_CASE("kv_manager matches a reference model over thousands of random operati
     c.watermark = 0.05;
     kv_manager<> kv(c);
     std::map<std::uint64_t, model_request> model;
-    std::map<block_key, content> seen_keys;
+    std::unordered_map<block_key, content> seen_keys;
     // A few shared "documents" so prompts overlap and the cache gets hits.
     std::vector<std::vector<token_id>> docs(4);
     for (auto& d : docs)
