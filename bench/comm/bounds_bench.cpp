@@ -19,8 +19,6 @@
 #include <thread>
 #include <vector>
 
-#include <sched.h>
-
 namespace {
 
 // Aggregate bytes/s of k threads each copying `bytes` between its own two buffers, repeatedly for
