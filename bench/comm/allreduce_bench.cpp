@@ -130,14 +130,29 @@ void sweep(Tr& t, const bench::flags& f) {
     }
     const std::size_t first = static_cast<std::size_t>(std::max(f.round, 1) - 1) % names.size();
     std::rotate(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(first), names.end());
-    for (const auto& name : names) {
-      const wc::options opt = options_for(name);
-      auto once = [&] { wc::allreduce(t, data, weft::op::sum{}, opt); };
-      const double s = time_batches(t, f, calls, once);
-      std::string label = name;
+    // --reps R: R batches of each algorithm, taken in turn (one batch of every algorithm, then the
+    // next), as autotune() does, so a slow spell of a shared host stretches them all alike; each
+    // row is the median of its batches on every rank, then the slowest rank's.
+    std::vector<std::vector<double>> batches(names.size());
+    for (int rep = 0; rep < f.reps; ++rep)
+      for (std::size_t a = 0; a < names.size(); ++a) {
+        const wc::options opt = options_for(names[a]);
+        wc::barrier(t);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) wc::allreduce(t, data, weft::op::sum{}, opt);
+        batches[a].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
+      }
+    std::vector<double> medians;
+    for (auto& b : batches) medians.push_back(bench::median(std::move(b)));
+    wc::options slowest;
+    slowest.algo = wc::algorithm::ring;
+    wc::allreduce(t, std::span<double>(medians), weft::op::max{}, slowest);
+    for (std::size_t a = 0; a < names.size(); ++a) {
+      const wc::options opt = options_for(names[a]);
+      std::string label = names[a];
       if (opt.algo == wc::algorithm::automatic)
         label = "automatic=" + std::string(wc::to_string(wc::resolve_automatic(bytes, t.size(), opt)));
-      if (r == 0) bench::row(f, impl, f.transport, label, bytes, s);
+      if (r == 0) bench::row(f, impl, f.transport, label, bytes, medians[a]);
     }
     if (f.reference && t.size() > 1) {
       const int next = (r + 1) % t.size(), prev = (r + t.size() - 1) % t.size();

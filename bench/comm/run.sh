@@ -10,14 +10,16 @@
 # is then measured in batches independent of the ones that chose it). One table is one draw: rounds
 # 2 to K+1 (--tables K) also run autotune() alone in a process of its own, and plot.py scores each
 # of those K tables' picks against the rounds too (the tuner's pick distribution and its regret).
-# Usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds 5] [--min B] [--max B] [--tables K] [--append]
+# Within a round every row is the median of --reps batches (3 by default; weft's algorithms take
+# their batches in turn, one of each and then the next, as autotune() does).
+# Usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds 5] [--min B] [--max B] [--tables K] [--reps R] [--append]
 # Results: <build-dir>/bench-results/comm_allreduce.{csv,png} and comm_allreduce_summary.txt.
 # On a small shared machine run each rank count under its own quiet slot, e.g.
 #   wquiet bench/comm/run.sh build/release --ranks 2 && wquiet bench/comm/run.sh build/release --ranks 4 --append
 set -euo pipefail
-build=${1:?usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds R] [--min B] [--max B] [--tables K] [--append]}
+build=${1:?usage: bench/comm/run.sh <build-dir> [--ranks "2 4"] [--rounds R] [--min B] [--max B] [--tables K] [--reps R] [--append]}
 shift
-max=$((64 << 20)); min=1024; rounds=5; ranks="2 4"; append=0; tables=4
+max=$((64 << 20)); min=1024; rounds=5; ranks="2 4"; append=0; tables=4; reps=3
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --max) max=$2; shift 2 ;;
@@ -25,6 +27,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --tables) tables=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
     --append) append=1; shift ;;
     *) echo "unknown flag $1" >&2; exit 2 ;;
   esac
@@ -51,7 +54,7 @@ for ((r = 1; r <= rounds; ++r)); do
       table="$out/comm_tuning_${tr}_${n}.csv"
       if [[ $r == 1 ]]; then tune=(--tune-out "$table"); else tune=(--tune-in "$table"); fi
       ref=0; [[ $tr == tcp ]] && ref=1
-      "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --round "$r" "${tune[@]}" --reference "$ref" --bind 1 \
+      "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --round "$r" "${tune[@]}" --reference "$ref" --bind 1 --reps "$reps" \
         "${sweep[@]}" > /dev/null
       if ((r >= 2 && r <= tables + 1)); then
         "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --bind 1 --min "$min" --max "$max" \
@@ -59,15 +62,15 @@ for ((r = 1; r <= rounds; ++r)); do
       fi
     done
     if [[ -x "$bin/bench_comm_gloo" ]]; then
-      "$bin/bench_comm_gloo" --ranks "$n" --round "$r" "${sweep[@]}" > /dev/null
+      "$bin/bench_comm_gloo" --ranks "$n" --round "$r" --reps "$reps" "${sweep[@]}" > /dev/null
     elif [[ $r == 1 ]]; then
-      echo "# gloo: not built (libgloo-dev missing)"
+      echo "# gloo: $bin/bench_comm_gloo not built (it needs libgloo-dev)"
     fi
     if [[ -x "$bin/bench_comm_mpi" ]] && command -v mpirun > /dev/null; then
       OMPI_MCA_btl=self,vader mpirun --allow-run-as-root --oversubscribe -n "$n" \
-        "$bin/bench_comm_mpi" --transport shm --ranks "$n" --round "$r" "${sweep[@]}" > /dev/null
+        "$bin/bench_comm_mpi" --transport shm --ranks "$n" --round "$r" --reps "$reps" "${sweep[@]}" > /dev/null
       OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo mpirun --allow-run-as-root --oversubscribe -n "$n" \
-        "$bin/bench_comm_mpi" --transport tcp --ranks "$n" --round "$r" "${sweep[@]}" > /dev/null
+        "$bin/bench_comm_mpi" --transport tcp --ranks "$n" --round "$r" --reps "$reps" "${sweep[@]}" > /dev/null
     elif [[ $r == 1 ]]; then
       echo "# openmpi: not built or mpirun missing"
     fi
