@@ -66,21 +66,26 @@ wc::tuning_table read_table(const std::string& path) {
   return t;
 }
 
+// Times `count` contenders: f.reps rounds, each one batch of `calls` calls of every contender in
+// turn (`run(a)` calls contender a once), so a slow spell of a shared host stretches them all
+// alike, as autotune() times its candidates. Returns each contender's median batch, the slowest
+// rank's (as for autotune): one number per contender, the same on every rank.
 template <class Tr>
-double time_batches(Tr& t, const bench::flags& f, int calls, const auto& once) {
-  std::vector<double> batches;
-  for (int rep = 0; rep < f.reps; ++rep) {
-    wc::barrier(t);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i) once();
-    batches.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
-  }
-  // Every rank's median, the slowest rank's counts (as for autotune): one number per batch set.
-  std::vector<double> m{bench::median(batches)};
+std::vector<double> time_batches(Tr& t, const bench::flags& f, int calls, std::size_t count, const auto& run) {
+  std::vector<std::vector<double>> batches(count);
+  for (int rep = 0; rep < f.reps; ++rep)
+    for (std::size_t a = 0; a < count; ++a) {
+      wc::barrier(t);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) run(a);
+      batches[a].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
+    }
+  std::vector<double> medians;
+  for (auto& b : batches) medians.push_back(bench::median(std::move(b)));
   wc::options o;
   o.algo = wc::algorithm::ring;
-  wc::allreduce(t, std::span<double>(m), weft::op::max{}, o);
-  return m[0];
+  wc::allreduce(t, std::span<double>(medians), weft::op::max{}, o);
+  return medians;
 }
 
 template <class Tr>
@@ -124,34 +129,18 @@ void sweep(Tr& t, const bench::flags& f) {
     // the k-th on. With one fixed order, the algorithm timed first at each size looked slow in
     // every round: in 21 rounds at n = 2 (shm, 256 KiB-4 MiB) ring, timed first, was 12-30 %
     // slower than ring timed last as 'automatic', which made a right pick look like a regret.
-    for (const auto& name : names) {
-      const wc::options opt = options_for(name);
-      wc::allreduce(t, data, weft::op::sum{}, opt);
-    }
-    const std::size_t first = static_cast<std::size_t>(std::max(f.round, 1) - 1) % names.size();
-    std::rotate(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(first), names.end());
-    // --reps R: R batches of each algorithm, taken in turn (one batch of every algorithm, then the
-    // next), as autotune() does, so a slow spell of a shared host stretches them all alike; each
-    // row is the median of its batches on every rank, then the slowest rank's.
-    std::vector<std::vector<double>> batches(names.size());
-    for (int rep = 0; rep < f.reps; ++rep)
-      for (std::size_t a = 0; a < names.size(); ++a) {
-        const wc::options opt = options_for(names[a]);
-        wc::barrier(t);
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < calls; ++i) wc::allreduce(t, data, weft::op::sum{}, opt);
-        batches[a].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
-      }
-    std::vector<double> medians;
-    for (auto& b : batches) medians.push_back(bench::median(std::move(b)));
-    wc::options slowest;
-    slowest.algo = wc::algorithm::ring;
-    wc::allreduce(t, std::span<double>(medians), weft::op::max{}, slowest);
+    std::vector<wc::options> opts;
+    for (const auto& name : names) opts.push_back(options_for(name));
+    for (const wc::options& opt : opts) wc::allreduce(t, data, weft::op::sum{}, opt);
+    const auto first = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(std::max(f.round, 1) - 1) % names.size());
+    std::rotate(names.begin(), names.begin() + first, names.end());
+    std::rotate(opts.begin(), opts.begin() + first, opts.end());
+    const std::vector<double> medians = time_batches(
+        t, f, calls, opts.size(), [&](std::size_t a) { wc::allreduce(t, data, weft::op::sum{}, opts[a]); });
     for (std::size_t a = 0; a < names.size(); ++a) {
-      const wc::options opt = options_for(names[a]);
       std::string label = names[a];
-      if (opt.algo == wc::algorithm::automatic)
-        label = "automatic=" + std::string(wc::to_string(wc::resolve_automatic(bytes, t.size(), opt)));
+      if (opts[a].algo == wc::algorithm::automatic)
+        label = "automatic=" + std::string(wc::to_string(wc::resolve_automatic(bytes, t.size(), opts[a])));
       if (r == 0) bench::row(f, impl, f.transport, label, bytes, medians[a]);
     }
     if (f.reference && t.size() > 1) {
@@ -162,7 +151,7 @@ void sweep(Tr& t, const bench::flags& f) {
                    std::span<std::byte>(in.data(), bytes), wc::msg_tag{77, 0}, until);
       };
       once();
-      const double s = time_batches(t, f, calls, once);
+      const double s = time_batches(t, f, calls, 1, [&](std::size_t) { once(); })[0];
       if (r == 0) bench::row(f, "reference", f.transport, "ring_sendrecv", bytes, s, false);
     }
   }

@@ -43,6 +43,7 @@ fi
 # Batches: every binary (weft's, the peers', the bounds) takes bench::default_iters (common.hpp): at
 # least 32 calls when the ranks outnumber the cores (n = 4 here), 3 otherwise.
 sweep=(--min "$min" --max "$max" --out "$csv")
+timed=(--reps "$reps" "${sweep[@]}")  # every implementation's rows; the bounds take sweep alone
 echo "# machine: $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%F %T') UTC" | tee -a "$out/comm_allreduce_runs.txt"
 start=$SECONDS
 for n in $ranks; do
@@ -54,23 +55,23 @@ for ((r = 1; r <= rounds; ++r)); do
       table="$out/comm_tuning_${tr}_${n}.csv"
       if [[ $r == 1 ]]; then tune=(--tune-out "$table"); else tune=(--tune-in "$table"); fi
       ref=0; [[ $tr == tcp ]] && ref=1
-      "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --round "$r" "${tune[@]}" --reference "$ref" --bind 1 --reps "$reps" \
-        "${sweep[@]}" > /dev/null
+      "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --round "$r" "${tune[@]}" --reference "$ref" --bind 1 \
+        "${timed[@]}" > /dev/null
       if ((r >= 2 && r <= tables + 1)); then
         "$bin/bench_comm_allreduce" --transport "$tr" --ranks "$n" --bind 1 --min "$min" --max "$max" \
           --tune-out "$out/comm_tuning_${tr}_${n}_extra$((r - 1)).csv" --tune-only 1 > /dev/null
       fi
     done
     if [[ -x "$bin/bench_comm_gloo" ]]; then
-      "$bin/bench_comm_gloo" --ranks "$n" --round "$r" --reps "$reps" "${sweep[@]}" > /dev/null
+      "$bin/bench_comm_gloo" --ranks "$n" --round "$r" "${timed[@]}" > /dev/null
     elif [[ $r == 1 ]]; then
       echo "# gloo: $bin/bench_comm_gloo not built (it needs libgloo-dev)"
     fi
     if [[ -x "$bin/bench_comm_mpi" ]] && command -v mpirun > /dev/null; then
       OMPI_MCA_btl=self,vader mpirun --allow-run-as-root --oversubscribe -n "$n" \
-        "$bin/bench_comm_mpi" --transport shm --ranks "$n" --round "$r" --reps "$reps" "${sweep[@]}" > /dev/null
+        "$bin/bench_comm_mpi" --transport shm --ranks "$n" --round "$r" "${timed[@]}" > /dev/null
       OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo mpirun --allow-run-as-root --oversubscribe -n "$n" \
-        "$bin/bench_comm_mpi" --transport tcp --ranks "$n" --round "$r" --reps "$reps" "${sweep[@]}" > /dev/null
+        "$bin/bench_comm_mpi" --transport tcp --ranks "$n" --round "$r" "${timed[@]}" > /dev/null
     elif [[ $r == 1 ]]; then
       echo "# openmpi: not built or mpirun missing"
     fi
