@@ -5,7 +5,8 @@
 // re-sorts the waiting list by VTC counter every iteration (what a straightforward fair scheduler
 // does). The same run with requests counted by length (the simulator's mode) is printed beside it,
 // and with churn the CPU time of each submit() (which hashes the prompt's block keys, off the
-// per-iteration path). CSV to WEFT_BENCH_OUT.
+// per-iteration path), and the KV manager's share of a steady iteration (its block crossings, timed
+// alone). CSV to WEFT_BENCH_OUT.
 #include <weft/sched.hpp>
 
 #include <algorithm>
@@ -128,6 +129,39 @@ cost measure(Queue q, std::size_t churn, bool with_ids) {
   return {total / iterations * 1e6, cpu / iterations * 1e6, churn > 0 ? submit_cpu / submits * 1e6 : 0.0};
 }
 
+// The KV manager's part of a steady iteration, alone: every running request crosses a block boundary
+// once per block_size decode steps, and then the scheduler hands the KV manager the block's ids
+// (kv_manager::append of block_size ids, which allocates the next block) inside schedule()'s
+// transaction. Here the same calls on the same cache, running / block_size of them per iteration
+// (round robin over the running requests, one transaction per iteration, nothing else between them):
+// CPU time per call and per iteration.
+struct crossing_cost {
+  double ns_per_append;
+  double us_per_iteration;
+};
+crossing_cost measure_block_crossings() {
+  weft::kv::kv_config c;
+  c.num_blocks = std::size_t{1} << 18;
+  c.block_size = 16;
+  c.watermark = 0.0;
+  weft::kv::kv_manager<> kv(c);
+  const auto reqs = make_requests(running, 7, true);
+  for (const ws::request& r : reqs) (void)kv.allocate_prompt(r.id, r.prompt, ws::kv_request_options(r));
+  const auto& pool = token_pool();
+  const std::size_t per_iteration = running / c.block_size;  // 62: block crossings per steady iteration
+  std::size_t next = 0;
+  double cpu = 0.0;
+  for (int it = 0; it < iterations; ++it) {
+    const double c0 = thread_cpu_s();
+    kv.begin_transaction();
+    for (std::size_t k = 0; k < per_iteration; ++k, next = (next + 1) % running)
+      (void)kv.append(reqs[next].id, std::span<const ws::token_id>(pool).subspan(next * 16 % 4096, c.block_size));
+    kv.commit_transaction();
+    cpu += thread_cpu_s() - c0;
+  }
+  return {cpu / iterations / static_cast<double>(per_iteration) * 1e9, cpu / iterations * 1e6};
+}
+
 // The reference: waiting requests in a vector, re-sorted by (client counter, arrival) each iteration,
 // then the 1000 running ones visited once. O(W log W) per iteration.
 cost measure_reference(std::size_t churn) {
@@ -178,6 +212,7 @@ int main(int argc, char** argv) {
   std::ofstream csv(std::string(WEFT_BENCH_OUT) + "/sched_decision.csv");
   csv << "policy,token_ids,churn_per_iteration,us_per_iteration,wall_us_per_iteration,submit_us_per_request\n";
   const cost ref = measure_reference(8);
+  const crossing_cost crossings = measure_block_crossings();
   cost vtc_ids_churn{0, 0};
   for (const bool with_ids : {true, false}) {
     if (quick && !with_ids) break;
@@ -203,6 +238,11 @@ int main(int argc, char** argv) {
       "  reference (re-sort 100k waiting by VTC counter each iteration): %.1f [%.1f] us -> weft vtc (token ids, "
       "churn 8) is %.0fx faster (CPU time)\n",
       ref.cpu_us, ref.wall_us, ref.cpu_us / vtc_ids_churn.cpu_us);
+  std::printf(
+      "  of a steady iteration with token ids, the KV manager's block crossings alone (%zu appends of 16 ids, each "
+      "into a new block, in one transaction): %.1f us (%.0f ns per append)\n",
+      running / 16, crossings.us_per_iteration, crossings.ns_per_append);
   csv << "reference_resort,0,8," << ref.cpu_us << ',' << ref.wall_us << ",0\n";
+  csv << "kv_block_crossings_alone,1,0," << crossings.us_per_iteration << ",0,0\n";
   return 0;
 }
