@@ -33,6 +33,14 @@ test: deps $(TEST_STAGES)
 print-test-stages:
 	@echo deps $(TEST_STAGES)
 
+# Catch2's runner, compiled once for the stages that link tests (asan, tsan, isa) instead of once in each.
+CATCH_MAIN = build/catch-main/catch_main.o
+CATCH_MAIN_ARG = -DWEFT_CATCH_MAIN_OBJECT=$(CURDIR)/$(CATCH_MAIN)
+
+$(CATCH_MAIN): tests/catch_main.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O0 -c $< -o $@
+
 test-gcc:
 	cmake --preset gcc-check
 	cmake --build --preset gcc-check -j $(JOBS)
@@ -43,13 +51,13 @@ test-dev:
 	cmake --build --preset dev -j $(JOBS)
 	ctest --preset dev -j $(JOBS) $(CTEST_ARGS)
 
-test-asan:
-	cmake --preset asan-ubsan
+test-asan: $(CATCH_MAIN)
+	cmake --preset asan-ubsan $(CATCH_MAIN_ARG)
 	cmake --build --preset asan-ubsan -j $(JOBS)
 	ctest --preset asan-ubsan -j $(JOBS) $(CTEST_ARGS)
 
-test-tsan:
-	cmake --preset tsan
+test-tsan: $(CATCH_MAIN)
+	cmake --preset tsan $(CATCH_MAIN_ARG)
 	cmake --build --preset tsan -j $(JOBS)
 	ctest --preset tsan -j $(JOBS) $(CTEST_ARGS)
 
@@ -57,8 +65,8 @@ test-tsan:
 ## x86-64 level whatever this CPU is; their tests run for the levels this CPU can run.
 test-isa: $(addprefix test-isa-,$(ISA_LEVELS))
 
-test-isa-%:
-	cmake --preset isa-$*
+test-isa-%: $(CATCH_MAIN)
+	cmake --preset isa-$* $(CATCH_MAIN_ARG)
 	cmake --build --preset isa-$* -j $(JOBS)
 	@if cmake/host_isa.sh x86-64-$*; then ctest --preset isa-$* -j $(JOBS) $(CTEST_ARGS); \
 	 else echo "isa-$*: compiled only"; fi
