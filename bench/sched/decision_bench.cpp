@@ -10,6 +10,7 @@
 #include <weft/sched.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -70,15 +71,21 @@ std::vector<ws::request> make_requests(std::size_t n, std::uint64_t seed, bool w
   return out;
 }
 
-// The KV cache every measurement drives: 2^18 blocks of 16 tokens (4M tokens: room for every running
-// request to keep growing), no watermark.
+// The KV cache every measurement drives: blocks of 16 tokens, no watermark, and room for every running
+// request to keep growing through the whole run (its longest prompt plus a token per iteration):
+// 2^18 blocks (4M tokens) for the default 2,000 iterations, more for a longer `profile` run. A cache
+// that ran out would preempt requests, and the loop would no longer measure the steady state.
 weft::kv::kv_config kv_cache_config() {
   weft::kv::kv_config kv;
-  kv.num_blocks = std::size_t{1} << 18;
   kv.block_size = 16;
+  const std::size_t tokens_per_request = 600 + static_cast<std::size_t>(iterations) + 200;  // prompt, run, warm-up
+  kv.num_blocks = std::max(std::size_t{1} << 18, std::bit_ceil(running * tokens_per_request / kv.block_size));
   kv.watermark = 0.0;
   return kv;
 }
+
+// A measurement that preempted anyone did not measure the steady state it reports: main exits non-zero.
+bool preempted_in_a_run = false;
 
 // Steady state: 1000 decoding, 100k queued; every iteration ~`churn` requests finish and as many are
 // admitted (prefill chunks), so admission and queue costs are in the measurement.
@@ -131,6 +138,12 @@ cost measure(Queue q, std::size_t churn, bool with_ids) {
     const double s0 = thread_cpu_s();
     for (std::size_t k = 0; k < churn; ++k) (void)s.submit(reqs[next++], 1.0);
     submit_cpu += thread_cpu_s() - s0;
+  }
+  if (s.stats().preempted_swap + s.stats().preempted_recompute > 0 || s.running() + churn < running) {
+    std::fprintf(stderr, "  error: %llu preemptions, %zu running at the end: not the steady state this reports\n",
+                 static_cast<unsigned long long>(s.stats().preempted_swap + s.stats().preempted_recompute),
+                 s.running());
+    preempted_in_a_run = true;
   }
   const double submits = static_cast<double>(churn) * iterations;
   return {total / iterations * 1e6, cpu / iterations * 1e6, churn > 0 ? submit_cpu / submits * 1e6 : 0.0};
@@ -208,7 +221,7 @@ int main(int argc, char** argv) {
     const cost c = vtc ? measure(ws::vtc_queue{}, churn, true) : measure(ws::fcfs_queue{}, churn, true);
     std::printf("%s, token ids: %.1f [%.1f] us; submit %.2f us\n", vtc ? "vtc" : "fcfs", c.cpu_us, c.wall_us,
                 c.submit_us);
-    return 0;
+    return preempted_in_a_run ? 1 : 0;
   }
   std::printf(
       "sched decision cost per iteration (schedule + complete), %zu running, %zu waiting, %d iterations,\n"
@@ -250,5 +263,5 @@ int main(int argc, char** argv) {
       crossings.appends_per_iteration, crossings.us_per_iteration, crossings.ns_per_append);
   csv << "reference_resort,0,8," << ref.cpu_us << ',' << ref.wall_us << ",0\n";
   csv << "kv_block_crossings_alone,1,0," << crossings.us_per_iteration << ",0,0\n";
-  return 0;
+  return preempted_in_a_run ? 1 : 0;
 }
