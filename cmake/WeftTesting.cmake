@@ -65,7 +65,11 @@ if(WEFT_CATCH_MAIN_OBJECT AND NOT EXISTS "${WEFT_CATCH_MAIN_OBJECT}")
 endif()
 
 if(NOT TARGET weft_catch_main)
-  add_library(weft_catch_main OBJECT "${PROJECT_SOURCE_DIR}/tests/catch_main.cpp")
+  set(catch_main_all "")
+  if(WEFT_CATCH_MAIN_OBJECT)
+    set(catch_main_all EXCLUDE_FROM_ALL)  # nothing links it: built only when asked for
+  endif()
+  add_library(weft_catch_main OBJECT ${catch_main_all} "${PROJECT_SOURCE_DIR}/tests/catch_main.cpp")
   target_link_libraries(weft_catch_main PUBLIC Catch2::Catch2)
   target_compile_features(weft_catch_main PUBLIC cxx_std_20)
   # Catch2's runner does not need optimising: at -O3 (the ISA builds) it alone takes 15 s to compile.
