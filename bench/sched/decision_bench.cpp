@@ -39,6 +39,8 @@ struct cost {
 namespace {
 
 constexpr std::size_t running = 1000, waiting = 100000;
+// Prompts are 64 + [0, 512) tokens.
+constexpr std::size_t shortest_prompt = 64, prompt_spread = 512, longest_prompt = shortest_prompt + prompt_spread - 1;
 int iterations = 2000;  // `profile` runs more by default, so a profiler sees the loop, not the set-up
 
 // Every prompt is a window of one pool of random token ids, at its own offset: distinct content per
@@ -60,7 +62,7 @@ std::vector<ws::request> make_requests(std::size_t n, std::uint64_t seed, bool w
   for (std::size_t i = 0; i < n; ++i) {
     out[i].id = ws::request_id(i + 1);
     out[i].client = ws::client_id(static_cast<std::uint32_t>(g.below(64)));
-    out[i].prompt_tokens = 64 + static_cast<std::int64_t>(g.below(512));
+    out[i].prompt_tokens = static_cast<std::int64_t>(shortest_prompt + g.below(prompt_spread));
     out[i].arrival_s = static_cast<double>(i) * 1e-3;
     if (with_ids)
       out[i].prompt = std::span<const ws::token_id>(pool).subspan((i * 7919) % (pool.size() - 600),
@@ -78,7 +80,8 @@ std::vector<ws::request> make_requests(std::size_t n, std::uint64_t seed, bool w
 weft::kv::kv_config kv_cache_config() {
   weft::kv::kv_config kv;
   kv.block_size = 16;
-  const std::size_t tokens_per_request = 600 + static_cast<std::size_t>(iterations) + 200;  // prompt, run, warm-up
+  const std::size_t warm_up = 200;  // decode steps before the measured loop, with room to spare
+  const std::size_t tokens_per_request = longest_prompt + static_cast<std::size_t>(iterations) + warm_up;
   kv.num_blocks = std::max(std::size_t{1} << 18, std::bit_ceil(running * tokens_per_request / kv.block_size));
   kv.watermark = 0.0;
   return kv;
