@@ -5,15 +5,18 @@
 // re-sorts the waiting list by VTC counter every iteration (what a straightforward fair scheduler
 // does). The same run with requests counted by length (the simulator's mode) is printed beside it,
 // and with churn the CPU time of each submit() (which hashes the prompt's block keys, off the
-// per-iteration path), and the KV manager's share of a steady iteration (its block crossings, timed
-// alone). CSV to WEFT_BENCH_OUT.
+// per-iteration path), the KV manager's share of a steady iteration (its block crossings, timed
+// alone), and the floor of the interface (the same batch entries and tokens through a hot array, with
+// nothing else: what any scheduler would spend). CSV to WEFT_BENCH_OUT.
 #include <weft/sched.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <unordered_map>
@@ -184,6 +187,76 @@ crossing_cost measure_block_crossings() {
   return {per_iteration, cpu / iterations / static_cast<double>(per_iteration) * 1e9, cpu / iterations * 1e6};
 }
 
+// The floor of the interface on this machine: the least any scheduler does per steady iteration for
+// the same 1,000 decoding requests. schedule() writes each request's batch entry (id, client, context,
+// input token) from one hot array; complete() checks each sampled token's id against its entry (tokens
+// in entry order), makes the token the next input, keeps the decoded id in the request's 16-id buffer
+// and counts a block boundary every block_size tokens. No KV manager, queue, fairness accounting, undo
+// log or validation beyond the id check: what weft's scheduler costs above this row is theirs. Timed
+// like measure(): schedule() and complete() only, thread CPU time and wall time.
+cost measure_floor() {
+  struct hot_request {
+    std::int64_t context = 0;  // tokens with KV after the next step
+    ws::request_id id{};
+    ws::client_id client{};
+    ws::token_id input = 0;
+    std::uint32_t buffered = 0;  // decoded ids kept since the last block boundary
+  };
+  const std::size_t block_size = kv_cache_config().block_size;
+  std::vector<hot_request> hot(running);
+  std::vector<std::array<ws::token_id, 16>> decoded_ids(running);
+  const auto reqs = make_requests(running, 7, true);
+  for (std::size_t i = 0; i < running; ++i)
+    hot[i] = {reqs[i].prompt_tokens, reqs[i].id, reqs[i].client, reqs[i].prompt.back(), 0};
+  ws::batch b;
+  b.entries.resize(running, ws::batch_entry{{}, {}, 0, 1, 0, true, -1, ws::layer_range{}});
+  std::vector<ws::decoded_token> decoded(running);
+  std::size_t boundaries = 0;
+  double total = 0.0, cpu = 0.0;
+  for (int it = 0; it < iterations; ++it) {
+    const double c0 = thread_cpu_s();
+    const auto t0 = clk::now();
+    for (std::size_t i = 0; i < running; ++i) {  // schedule()
+      ws::batch_entry& e = b.entries[i];
+      e.id = hot[i].id;
+      e.client = hot[i].client;
+      e.context_tokens = hot[i].context + 1;
+      e.token = hot[i].input;
+    }
+    b.decode_tokens = static_cast<std::int64_t>(running);
+    const auto t1 = clk::now();
+    const double c1 = thread_cpu_s();
+    for (std::size_t i = 0; i < running; ++i)  // the engine samples (untimed)
+      decoded[i] = {b.entries[i].id, static_cast<ws::token_id>((b.entries[i].id.value() * 31 + it) % 32000)};
+    const double c2 = thread_cpu_s();
+    const auto t2 = clk::now();
+    for (std::size_t i = 0; i < running; ++i) {  // complete()
+      hot_request& h = hot[i];
+      if (decoded[i].id != h.id) std::abort();  // a token for another request: the one check kept
+      h.input = decoded[i].token;
+      ++h.context;
+      decoded_ids[i][h.buffered] = decoded[i].token;
+      if (++h.buffered == block_size) {
+        h.buffered = 0;
+        ++boundaries;
+      }
+    }
+    total += std::chrono::duration<double>(t1 - t0 + (clk::now() - t2)).count();
+    cpu += thread_cpu_s() - c2 + (c1 - c0);
+  }
+  if (boundaries == 0) std::abort();  // keeps the loop's work observable
+  return {total / iterations * 1e6, cpu / iterations * 1e6};
+}
+
+// What one reading of the thread CPU clock costs here (a system call on some virtual machines): every
+// row's CPU time includes about two readings per iteration.
+double cpu_clock_read_ns() {
+  const int n = 20000;
+  const auto t0 = clk::now();
+  for (int i = 0; i < n; ++i) (void)thread_cpu_s();  // an opaque library call: never optimised away
+  return std::chrono::duration<double>(clk::now() - t0).count() / n * 1e9;
+}
+
 // The reference: waiting requests in a vector, re-sorted by (client counter, arrival) each iteration,
 // then the 1000 running ones visited once. O(W log W) per iteration.
 cost measure_reference(std::size_t churn) {
@@ -234,6 +307,7 @@ int main(int argc, char** argv) {
   std::ofstream csv(std::string(WEFT_BENCH_OUT) + "/sched_decision.csv");
   csv << "policy,token_ids,churn_per_iteration,us_per_iteration,wall_us_per_iteration,submit_us_per_request\n";
   const cost ref = measure_reference(8);
+  const cost floor = measure_floor();
   const crossing_cost crossings = measure_block_crossings();
   cost vtc_ids_churn{0, 0};
   for (const bool with_ids : {true, false}) {
@@ -264,6 +338,12 @@ int main(int argc, char** argv) {
       "  of a steady iteration with token ids, the KV manager's block crossings alone (%zu appends of a block's "
       "ids, each into a new block, in one transaction): %.1f us (%.0f ns per append)\n",
       crossings.appends_per_iteration, crossings.us_per_iteration, crossings.ns_per_append);
+  std::printf(
+      "  floor of the interface (the same 1,000 batch entries written from a hot array and the same tokens "
+      "applied; no KV manager, queue, accounting or undo): %.1f [%.1f] us; a thread CPU clock reading costs "
+      "%.0f ns here (about two per iteration are inside every row's CPU time)\n",
+      floor.cpu_us, floor.wall_us, cpu_clock_read_ns());
+  csv << "floor_hot_array,1,0," << floor.cpu_us << ',' << floor.wall_us << ",0\n";
   csv << "reference_resort,0,8," << ref.cpu_us << ',' << ref.wall_us << ",0\n";
   csv << "kv_block_crossings_alone,1,0," << crossings.us_per_iteration << ",0,0\n";
   return preempted_in_a_run ? 1 : 0;
