@@ -3,6 +3,7 @@
 // doubly linked queue lets a prefix cache revive a freed block from the middle, as vLLM v1 does).
 #pragma once
 
+#include <weft/core/detail/reserve_more.hpp>
 #include <weft/core/error.hpp>
 #include <weft/kv/detail/undo_journal.hpp>
 #include <weft/kv/types.hpp>
@@ -74,7 +75,7 @@ class block_pool {
   /// when fewer than n are free. O(n).
   bool allocate(std::size_t n, std::vector<block_id>& out) {
     if (n > free_count_) return false;
-    detail::reserve_more(out, n);
+    weft::detail::reserve_more(out, n);
     for (std::size_t i = 0; i < n; ++i) out.push_back(*allocate());
     return true;
   }

@@ -3,6 +3,7 @@
 // Efficient LLM Service for Long Context with DistAttention and Distributed KVCache", 2024, §4-5).
 #pragma once
 
+#include <weft/core/detail/reserve_more.hpp>
 #include <weft/core/error.hpp>
 #include <weft/kv/block_pool.hpp>
 #include <weft/kv/detail/undo_journal.hpp>
@@ -111,7 +112,7 @@ class cluster_pool {
     check_instance(user, "weft::kv::cluster_pool::allocate");
     if (n == 0) return true;
     if (n > total_free()) return false;
-    detail::reserve_more(out, n);  // the one step that may throw, before any change
+    weft::detail::reserve_more(out, n);  // the one step that may throw, before any change
     const auto u = static_cast<std::uint32_t>(user);
     std::size_t left = n;
     left -= take(u, u, std::min(left, nodes_[u].count.free), out);
@@ -144,9 +145,9 @@ class cluster_pool {
     node& o = nodes_[owner];
     if (n == 0) return true;
     if (n > o.count.lent || n > total_free() - o.count.free) return false;
-    detail::reserve_more(moves, n);
+    weft::detail::reserve_more(moves, n);
     scratch_.clear();
-    detail::reserve_more(scratch_, 1);
+    weft::detail::reserve_more(scratch_, 1);
     const auto own = static_cast<std::uint32_t>(owner);
     std::size_t done = 0;
     for (std::uint32_t b = 1; b < o.holder.size() && done < n; ++b) {

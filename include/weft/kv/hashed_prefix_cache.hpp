@@ -6,6 +6,7 @@
 #pragma once
 
 #include <weft/core/checked.hpp>
+#include <weft/core/detail/reserve_more.hpp>
 #include <weft/core/error.hpp>
 #include <weft/kv/block_hasher.hpp>
 #include <weft/kv/block_pool.hpp>
@@ -224,7 +225,7 @@ class hashed_prefix_cache {
   /// front of the free list; or appends nothing and returns false when fewer than n are free. O(n).
   bool allocate(std::size_t n, std::vector<block_id>& out) {
     if (n > pool_.free_blocks()) return false;
-    detail::reserve_more(out, n);  // geometric: a table growing block by block must not copy itself each time
+    weft::detail::reserve_more(out, n);  // geometric: a table growing block by block must not copy itself each time
     if (n == 1) {
       const block_id b = *pool_.allocate();
       if (has_key_[b.value()]) drop_key(b);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <weft/core/checked.hpp>
+#include <weft/core/detail/reserve_more.hpp>
 #include <weft/core/error.hpp>
 #include <weft/core/hash.hpp>
 #include <weft/kv/admission.hpp>
@@ -304,7 +305,7 @@ class kv_manager {
     expects(!r.s.tokens_known || r.s.tokens.size() == r.table.num_tokens(), errc::precondition, where, "request ", id,
             " holds ", r.s.tokens.size() - r.table.num_tokens(), " token ids without slots; grow() them first");
     return atomically([&] {
-      if (r.s.tokens_known) detail::reserve_more(r.s.tokens, tokens.size());  // the only throw: first
+      if (r.s.tokens_known) weft::detail::reserve_more(r.s.tokens, tokens.size());  // the only throw: first
       append_result res = extend(r, tokens.size());
       if (res.fits && r.s.tokens_known) r.s.tokens.insert(r.s.tokens.end(), tokens.begin(), tokens.end());
       return res;
@@ -874,14 +875,14 @@ class kv_manager {
     if (vacant_.empty()) {
       expects(seqs_.size() < detail::request_index::npos - 1, errc::capacity, "weft::kv::kv_manager",
               "too many requests");
-      detail::reserve_more(
+      weft::detail::reserve_more(
           vacant_,
           seqs_.size() + 1 - vacant_.size());  // invariant: vacant_ can hold every entry, so pushes never throw
       seqs_.emplace_back(block_size());
       vacant_.push_back(static_cast<std::uint32_t>(seqs_.size() - 1));
     }
     if (tx_open_) {
-      detail::reserve_more(states_, 1);
+      weft::detail::reserve_more(states_, 1);
       journal_.reserve_more(1);
     }
     const std::uint32_t seq = vacant_.back();
@@ -907,8 +908,8 @@ class kv_manager {
     // be pushed after the request is gone.
     state_record rec{state_kind::erased, seq, {}, 0, {}, r.table.num_tokens(), std::nullopt};
     rec.table_ids.assign(r.table.blocks().begin(), r.table.blocks().end());
-    detail::reserve_more(states_, 1);
-    detail::reserve_more(charges_, 1);
+    weft::detail::reserve_more(states_, 1);
+    weft::detail::reserve_more(charges_, 1);
     journal_.reserve_more(r.table.num_blocks() + r.s.host_blocks.size() + 2);
     release_blocks(r);
     r.table.clear_without_release();

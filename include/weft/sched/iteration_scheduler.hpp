@@ -8,6 +8,7 @@
 #pragma once
 
 #include <weft/core/checked.hpp>
+#include <weft/core/detail/reserve_more.hpp>
 #include <weft/core/error.hpp>
 #include <weft/kv/kv_manager.hpp>
 #include <weft/sched/batch.hpp>
@@ -15,7 +16,6 @@
 #include <weft/sched/concepts.hpp>
 #include <weft/sched/continuous_batching.hpp>  // named settings, once defined here
 #include <weft/sched/detail/completion.hpp>
-#include <weft/sched/detail/reserve_more.hpp>
 #include <weft/sched/detail/scheduler_slot.hpp>
 #include <weft/sched/detail/submission.hpp>
 #include <weft/sched/detail/undo_log.hpp>
@@ -222,9 +222,9 @@ class iteration_scheduler {
     for (std::size_t k = 0; k < n && done_entries_.size() < found; ++k)
       if (is_done_[k]) done_entries_.push_back(k);
     if (!spawns_.empty()) {  // room for the samples first: nothing may throw once the KV part is done
-      detail::reserve_more(running_, spawns_.size());
-      detail::reserve_more(forked_, spawns_.size());
-      detail::reserve_more(requeued_, spawns_.size());
+      weft::detail::reserve_more(running_, spawns_.size());
+      weft::detail::reserve_more(forked_, spawns_.size());
+      weft::detail::reserve_more(requeued_, spawns_.size());
     }
     // The KV manager first, in one transaction: computed KV (what publishes blocks) and frees.
     bool open = false;
@@ -619,8 +619,8 @@ class iteration_scheduler {
   // (1) Decodes first (Sarathi's stall-free rule): a running decode is never skipped. The head goes
   // first so its growth can never be blocked by others' growth in the same iteration.
   void decode_head_first() {
-    detail::reserve_more(batch_.entries, running_.size());
-    detail::reserve_more(entry_slot_, running_.size());
+    weft::detail::reserve_more(batch_.entries, running_.size());
+    weft::detail::reserve_more(entry_slot_, running_.size());
     if (head_ < running_.size() && in_decode(running_[head_])) decode_or_continue(head_, true, false);
     decode_stager staged(*this);
     std::size_t i = 0;
@@ -686,8 +686,8 @@ class iteration_scheduler {
   // Victim's choice among the later arrivals is preempted, or the request itself when none is left.
   void decode_in_arrival_order() {
     arrival_order();
-    detail::reserve_more(batch_.entries, running_.size());
-    detail::reserve_more(entry_slot_, running_.size());
+    weft::detail::reserve_more(batch_.entries, running_.size());
+    weft::detail::reserve_more(entry_slot_, running_.size());
     decode_stager staged(*this);
     for (std::size_t pos = 0; pos < order_.size(); ++pos) {
       const std::size_t i = order_[pos];
@@ -995,7 +995,7 @@ class iteration_scheduler {
   void insert_ranked(std::vector<slot>& list, const slot& s, undo_kind kind) {
     slot copy = s;  // every allocation first: once the undo entry is logged, the insert must happen
     copy.alive = true;
-    detail::reserve_more(list, 1);
+    weft::detail::reserve_more(list, 1);
     undo_.reserve(1);
     auto pos = std::upper_bound(list.begin(), list.end(), copy,
                                 [](const slot& a, const slot& b) { return rank(a) > rank(b); });
@@ -1016,7 +1016,7 @@ class iteration_scheduler {
       }
       auto plan = kv_.swap_in(s.req.id);
       if (!plan) break;
-      detail::reserve_more(running_, 1);
+      weft::detail::reserve_more(running_, 1);
       undo_.reserve(2);
       undo_.next().saved = s;  // the only throw, before the entry counts
       undo_.push(undo_kind::swapped_erased, swapped_.size() - 1);
@@ -1067,7 +1067,7 @@ class iteration_scheduler {
   // Takes the admitted request s from its line and appends it to the running batch (undo-logged; room
   // reserved first, so nothing below throws until the Queue's own hooks).
   void take(source from, slot&& s, double now) {
-    detail::reserve_more(running_, 1);
+    weft::detail::reserve_more(running_, 1);
     undo_.reserve(2);
     if (from == source::requeued) {
       undo_.next().saved = requeued_.back();  // the only throw, before the entry counts
@@ -1414,7 +1414,7 @@ class iteration_scheduler {
     c.preemptions = 0;
     c.tokens.clear();
     slot parent_before = running_[p];
-    detail::reserve_more(park ? forked_ : running_, 1);
+    weft::detail::reserve_more(park ? forked_ : running_, 1);
     held_.share(parent, c.req);  // the child views the parent's prompt copy
     c.req.n = 1;                 // a sample of its own, with no samples
     c.req.sample_ids = {};
@@ -1463,7 +1463,7 @@ class iteration_scheduler {
   }
   // Moves forked_[k] to the back of running_ (undo-logged).
   void unpark(std::size_t k) {
-    detail::reserve_more(running_, 1);
+    weft::detail::reserve_more(running_, 1);
     undo_.reserve(2);
     undo_.next().saved = forked_[k];  // the only throw, before the entry counts
     undo_.push(undo_kind::forked_erased, k);

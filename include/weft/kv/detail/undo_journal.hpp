@@ -4,6 +4,7 @@
 #pragma once
 
 #include <weft/core/checked.hpp>
+#include <weft/core/detail/reserve_more.hpp>
 #include <weft/kv/types.hpp>
 
 #include <algorithm>
@@ -13,14 +14,6 @@
 #include <vector>
 
 namespace weft::kv::detail {
-
-/// Makes room for n more elements with geometric growth (a plain reserve(size() + n) per push would
-/// reallocate on every call), so the next n push_backs cannot throw. O(size) when it grows.
-template <class T>
-void reserve_more(std::vector<T>& v, std::size_t n) {
-  if (v.capacity() - v.size() >= n) return;
-  v.reserve(std::max(v.capacity() * 2, v.size() + n));
-}
 
 /// What one undo record undoes. Rolled back newest first, each record finds the structure exactly as
 /// the change left it, which is what makes the free-list positions restorable.
@@ -71,7 +64,7 @@ class undo_journal {
   /// Forgets the saved tokens from offset `at` on (their record has been undone). O(1).
   void drop_saved_tokens_from(std::uint32_t at) noexcept { saved_.resize(std::min<std::size_t>(at, saved_.size())); }
   /// Makes room for n more records, so the next n pushes cannot throw.
-  void reserve_more(std::size_t n) { detail::reserve_more(records_, n); }
+  void reserve_more(std::size_t n) { weft::detail::reserve_more(records_, n); }
   std::size_t size() const noexcept { return records_.size(); }
   const undo_record& operator[](std::size_t i) const noexcept { return records_[i]; }
   void truncate(std::size_t n) noexcept { records_.resize(n < records_.size() ? n : records_.size()); }
