@@ -323,11 +323,13 @@ endfunction()
 # weft_add_fuzzer(<module> <name> SOURCES <files...> [LIBS <targets...>])
 #   A libFuzzer harness (the sources define LLVMFuzzerTestOneInput) with its seed corpus in
 #   tests/<module>/fuzz/corpus/<name>/ and crash regressions in tests/<module>/fuzz/regressions/<name>/.
-#   Always: test_<module>_fuzz_replay_<name> feeds every corpus and regression file to the harness
-#   (ctest "<module>.fuzz_replay_<name>"), so any compiler re-checks every input ever found.
+#   Always: ctest "<module>.fuzz_replay_<name>" feeds every corpus and regression file to the harness,
+#   so any compiler re-checks every input ever found (test_<module>_fuzz_replay_<name>, the harness
+#   with a plain main).
 #   With clang and WEFT_FUZZ=ON (the asan-ubsan preset): fuzz_<module>_<name>, built with
 #   -fsanitize=fuzzer on top of the preset's sanitizers, runs for WEFT_FUZZ_SECONDS from the seed corpus
-#   (ctest "<module>.fuzz_<name>", labels <module> and fuzz); new inputs go to the build tree only.
+#   (ctest "<module>.fuzz_<name>", labels <module> and fuzz); new inputs go to the build tree only. The
+#   replay then runs this binary over the files instead of building the plain one.
 option(WEFT_FUZZ "Build libFuzzer harnesses (clang only) and run each for WEFT_FUZZ_SECONDS in ctest" OFF)
 set(WEFT_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer harness runs in ctest")
 # A fixed seed keeps `make test` reproducible (a fresh build explores the same inputs each run); set 0
@@ -356,11 +358,16 @@ function(weft_add_fuzzer module name)
     _weft_syntax_only(${replay})
     return()
   endif()
-  add_executable(${replay} ${ARG_SOURCES} $<TARGET_OBJECTS:weft_fuzz_replay_main>)
-  target_link_libraries(${replay} PRIVATE weft::${module} weft_warnings ${ARG_LIBS})
-  add_test(NAME ${module}.fuzz_replay_${name} COMMAND ${replay} "${corpus}" "${regressions}")
-  set_tests_properties(${module}.fuzz_replay_${name} PROPERTIES LABELS "${module}" TIMEOUT 120)
+  set(libfuzzer OFF)
   if(WEFT_FUZZ AND CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    set(libfuzzer ON)
+  endif()
+  if(NOT libfuzzer)
+    add_executable(${replay} ${ARG_SOURCES} $<TARGET_OBJECTS:weft_fuzz_replay_main>)
+    target_link_libraries(${replay} PRIVATE weft::${module} weft_warnings ${ARG_LIBS})
+    add_test(NAME ${module}.fuzz_replay_${name} COMMAND ${replay} "${corpus}" "${regressions}")
+    set_tests_properties(${module}.fuzz_replay_${name} PROPERTIES LABELS "${module}" TIMEOUT 120)
+  else()
     set(fuzzer fuzz_${module}_${name})
     add_executable(${fuzzer} ${ARG_SOURCES})
     target_link_libraries(${fuzzer} PRIVATE weft::${module} weft_warnings ${ARG_LIBS})
@@ -376,6 +383,13 @@ function(weft_add_fuzzer module name)
     # COST: ctest -j starts the longest tests first, so the fuzzers overlap the short tests.
     set_tests_properties(${module}.fuzz_${name} PROPERTIES LABELS "${module};fuzz" TIMEOUT ${fuzz_timeout}
                          COST ${WEFT_FUZZ_SECONDS})
+    # The replay is the same binary over every seed and regression file: libFuzzer given files (not
+    # folders) runs each once and exits, failing on the first crash, so the harness is compiled once
+    # here instead of twice.
+    file(GLOB_RECURSE inputs LIST_DIRECTORIES false CONFIGURE_DEPENDS "${corpus}/*" "${regressions}/*")
+    list(SORT inputs)
+    add_test(NAME ${module}.fuzz_replay_${name} COMMAND ${fuzzer} -rss_limit_mb=2048 ${inputs})
+    set_tests_properties(${module}.fuzz_replay_${name} PROPERTIES LABELS "${module}" TIMEOUT 120)
   endif()
 endfunction()
 
