@@ -11,7 +11,6 @@
 #include <weft/sched.hpp>
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <chrono>
 #include <ctime>
@@ -190,7 +189,7 @@ crossing_cost measure_block_crossings() {
 // The floor of the interface on this machine: the least any scheduler does per steady iteration for
 // the same 1,000 decoding requests. schedule() writes each request's batch entry (id, client, context,
 // input token) from one hot array; complete() checks each sampled token's id against its entry (tokens
-// in entry order), makes the token the next input, keeps the decoded id in the request's 16-id buffer
+// in entry order), makes the token the next input, keeps the decoded id in the request's block-sized buffer
 // and counts a block boundary every block_size tokens. No KV manager, queue, fairness accounting, undo
 // log or validation beyond the id check: what weft's scheduler costs above this row is theirs. Timed
 // like measure(): schedule() and complete() only, thread CPU time and wall time.
@@ -204,7 +203,7 @@ cost measure_floor() {
   };
   const std::size_t block_size = kv_cache_config().block_size;
   std::vector<hot_request> hot(running);
-  std::vector<std::array<ws::token_id, 16>> decoded_ids(running);
+  std::vector<ws::token_id> decoded_ids(running * block_size);  // each request's block of ids
   const auto reqs = make_requests(running, 7, true);
   for (std::size_t i = 0; i < running; ++i)
     hot[i] = {reqs[i].prompt_tokens, reqs[i].id, reqs[i].client, reqs[i].prompt.back(), 0};
@@ -235,7 +234,7 @@ cost measure_floor() {
       if (decoded[i].id != h.id) std::abort();  // a token for another request: the one check kept
       h.input = decoded[i].token;
       ++h.context;
-      decoded_ids[i][h.buffered] = decoded[i].token;
+      decoded_ids[i * block_size + h.buffered] = decoded[i].token;
       if (++h.buffered == block_size) {
         h.buffered = 0;
         ++boundaries;
@@ -307,7 +306,7 @@ int main(int argc, char** argv) {
   std::ofstream csv(std::string(WEFT_BENCH_OUT) + "/sched_decision.csv");
   csv << "policy,token_ids,churn_per_iteration,us_per_iteration,wall_us_per_iteration,submit_us_per_request\n";
   const cost ref = measure_reference(8);
-  const cost floor = measure_floor();
+  const cost floor_row = measure_floor();
   const crossing_cost crossings = measure_block_crossings();
   cost vtc_ids_churn{0, 0};
   for (const bool with_ids : {true, false}) {
@@ -342,8 +341,8 @@ int main(int argc, char** argv) {
       "  floor of the interface (the same 1,000 batch entries written from a hot array and the same tokens "
       "applied; no KV manager, queue, accounting or undo): %.1f [%.1f] us; a thread CPU clock reading costs "
       "%.0f ns here (about two per iteration are inside every row's CPU time)\n",
-      floor.cpu_us, floor.wall_us, cpu_clock_read_ns());
-  csv << "floor_hot_array,1,0," << floor.cpu_us << ',' << floor.wall_us << ",0\n";
+      floor_row.cpu_us, floor_row.wall_us, cpu_clock_read_ns());
+  csv << "floor_hot_array,1,0," << floor_row.cpu_us << ',' << floor_row.wall_us << ",0\n";
   csv << "reference_resort,0,8," << ref.cpu_us << ',' << ref.wall_us << ",0\n";
   csv << "kv_block_crossings_alone,1,0," << crossings.us_per_iteration << ",0,0\n";
   return preempted_in_a_run ? 1 : 0;
